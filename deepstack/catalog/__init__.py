@@ -1,0 +1,82 @@
+"""Preset catalog: LLMs, chip architectures (Table 2), NoCs (Table 3) and real GPU systems, as package data.
+
+Anywhere a preset name is taken, a path to the user's own ``.toml``/``.yaml``/``.json`` file works too.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+from deepstack.errors import UserInputError
+from deepstack.schema.loader import SUFFIXES, read_file
+
+KINDS = {"llms": "llm", "chips": "chip", "nocs": "noc", "systems": "system"}
+_WHAT = {"llms": "model", "chips": "chip", "nocs": "NoC", "systems": "system"}
+
+
+def _folder(kind: str):
+    if kind not in KINDS:
+        raise UserInputError(f"catalog kind: must be one of {', '.join(KINDS)} (got {kind!r})")
+    return resources.files(__package__) / kind
+
+
+@functools.cache
+def names(kind: str) -> tuple[str, ...]:
+    """Preset names of one kind, sorted."""
+    return tuple(sorted(p.name.removesuffix(".toml") for p in _folder(kind).iterdir() if p.name.endswith(".toml")))
+
+
+def _is_path(value: str) -> bool:
+    return value.lower().endswith(SUFFIXES) or "/" in value or "\\" in value
+
+
+@functools.cache
+def _preset_data(kind: str, name: str) -> dict:
+    return read_file(Path(str(_folder(kind) / f"{name}.toml")))
+
+
+def load_data(kind: str, value: str) -> dict:
+    """Raw data of a preset (by name) or of a user file (by path), with its ``kind`` checked."""
+    value = value.strip()
+    if _is_path(value):
+        data = read_file(value)
+        origin = value
+    else:
+        key = value.lower()
+        if key not in names(kind):
+            raise UserInputError(
+                f"unknown {_WHAT[kind]} {value!r}; allowed: {', '.join(names(kind))} or a path to a "
+                f"{'/'.join(SUFFIXES)} file"
+            )
+        data = _preset_data(kind, key)
+        origin = f"{_WHAT[kind]} preset {key}"
+    if data.get("kind", KINDS[kind]) != KINDS[kind]:
+        raise UserInputError(f"{origin}: kind: expected {KINDS[kind]!r}, got {data.get('kind')!r}")
+    return dict(data)
+
+
+def load(kind: str, value: str):
+    """Validated preset or user file of one kind."""
+    from deepstack.schema import SCHEMAS, validate
+
+    if not _is_path(value.strip()) and value.strip().lower() in names(kind):
+        return _load_preset(kind, value.strip().lower())
+    return validate(SCHEMAS[KINDS[kind]], load_data(kind, value), origin=value)
+
+
+@functools.cache
+def _load_preset(kind: str, name: str):
+    from deepstack.schema import SCHEMAS, validate
+
+    return validate(SCHEMAS[KINDS[kind]], load_data(kind, name), origin=f"{_WHAT[kind]} preset {name}")
+
+
+def find(value: str):
+    """Any preset by name across all kinds (for ``catalog show``): returns (kind, validated object)."""
+    hits = [kind for kind in KINDS if value.strip().lower() in names(kind)]
+    if not hits:
+        every = ", ".join(n for kind in KINDS for n in names(kind))
+        raise UserInputError(f"unknown preset {value!r}; allowed: {every}")
+    return hits[0], load(hits[0], value)

@@ -1,0 +1,112 @@
+"""Command line: parse → deepstack.api → render. User errors become one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from deepstack import api, report
+from deepstack.errors import UserInputError
+
+app = typer.Typer(
+    name="deepstack",
+    help="Design-space exploration for distributed 3D-DRAM-stacked AI accelerators serving LLMs.\n\n"
+    "Example: deepstack catalog llms",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+
+_CATALOG_COLUMNS = {
+    "llms": ["name", "architecture", "attention", "layers", "hidden", "parameters_B", "published_params_B",
+             "active_parameters_B", "precision"],
+    "chips": ["name", "pes_per_device", "device_area_mm2", "dram", "wgmma", "noc_bw_scale", "description"],
+    "nocs": ["name", "devices", "L1", "L2", "L3"],
+    "systems": ["name", "devices", "fp16_tflops_per_device", "dram_GiB_per_device", "dram_TBps_per_device",
+                "network"],
+}
+
+
+@app.command()
+def catalog(
+    what: Annotated[str, typer.Argument(help="llms, chips, nocs, systems, or 'show'.")] = "all",
+    name: Annotated[str | None, typer.Argument(help="With 'show': the preset name.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """List presets, or show one.
+
+    Examples: deepstack catalog chips; deepstack catalog show deepseek-v3 --json
+    """
+    if what == "show":
+        if not name:
+            raise UserInputError("catalog show: NAME is required, e.g. deepstack catalog show tms1")
+        kind, data = api.show_preset(name)
+        if json_out:
+            report.print_json(data)
+        else:
+            report.key_values(f"{data['kind']} preset {name}", data["preset"])
+        return
+    if name is not None:
+        raise UserInputError(f"catalog: unexpected argument {name!r}; use 'deepstack catalog show NAME'")
+    kinds = list(_CATALOG_COLUMNS) if what == "all" else [what]
+    if what != "all" and what not in _CATALOG_COLUMNS:
+        raise UserInputError(f"catalog: must be one of llms, chips, nocs, systems, show (got {what!r})")
+    rows = {kind: api.catalog_rows(kind) for kind in kinds}
+    if json_out:
+        report.print_json(rows if what == "all" else rows[what])
+        return
+    for kind in kinds:
+        report.table(kind, rows[kind], _CATALOG_COLUMNS[kind])
+
+
+@app.command()
+def validate(
+    file: Annotated[str, typer.Argument(help="A schema file (.toml, .yaml, .json) with a 'kind' key.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Check any schema file (llm, chip, noc, system, scenario, schedule, space, study).
+
+    Example: deepstack validate my-chip.toml
+    """
+    result = api.validate_file(file)
+    if json_out:
+        report.print_json(result)
+    else:
+        named = f" ({result['name']})" if result["name"] else ""
+        report.console.print(f"ok: {file} is a valid {result['kind']}{named}")
+
+
+def _fail(message: str) -> int:
+    print(f"deepstack: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return the exit status (2 for any user error, with one line on stderr)."""
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="deepstack", standalone_mode=False)
+    except UserInputError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        # Typer ships its own copy of click in recent releases, so match click's exceptions by shape.
+        name = type(exc).__name__
+        if name == "Exit":
+            return exc.exit_code
+        if name == "Abort":
+            return 130
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            return _fail(exc.format_message())
+        raise
+    return result if isinstance(result, int) else 0
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,288 @@
+"""Hardware hierarchy of the paper §3.2, in file units (the unit is in every field name).
+
+PE → device (a 3D-stack cluster with its DRAM, or a 2.5D GPU die with HBM) → die / chip / system, the last three
+being the L1 / L2 / L3 levels of a :class:`Network`. SI values are exposed as ``*_Bps``/``*_B``/``*_s``/``*_Hz``
+properties computed with :mod:`deepstack.units`, the only place conversions happen.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from deepstack import units
+from deepstack.schema.base import Frozen, Sourced
+
+MAX_STACKED_LAYERS = 16  # paper §4.2.2 explores m = 1..16
+
+
+class MinTile(Frozen):
+    """Smallest matrix tile the matrix unit executes (M×N×K); tile shapes are multiples of it."""
+
+    m: int = Field(16, ge=1, le=1024)
+    n: int = Field(16, ge=1, le=1024)
+    k: int = Field(16, ge=1, le=1024)
+
+
+class PE(Frozen):
+    """Processing engine (SM-like): matrix, vector and SFU units, L0 registers, L1 shared memory."""
+
+    matrix_flops_per_cycle: float = Field(gt=0, le=1e7, description="dense FP16 FLOP/cycle (an FMA is 2)")
+    vector_flops_per_cycle: float = Field(gt=0, le=1e7, description="FP32 FLOP/cycle")
+    sfu_ops_per_cycle: float = Field(gt=0, le=1e7, description="transcendental ops/cycle (exp, rsqrt, ...)")
+    l0_KiB: float = Field(gt=0, le=1e5, description="register file")
+    l1_KiB: float = Field(gt=0, le=1e5, description="L1 / shared memory capacity")
+    l1_bw_B_per_cycle: float = Field(gt=0, le=1e6)
+    min_tile: MinTile = MinTile()
+    wgmma: bool = Field(False, description="four matrix units share input operands (warp-group MMA)")
+
+    @property
+    def l0_B(self) -> float:
+        return units.KiB_to_B(self.l0_KiB)
+
+    @property
+    def l1_B(self) -> float:
+        return units.KiB_to_B(self.l1_KiB)
+
+
+class DramTiming(Frozen):
+    """Bank timing. A bank serves an s-byte transaction in (tRCD + tRP) + s / bank bandwidth (DESIGN.md §4)."""
+
+    tRCD_ns: float = Field(gt=0, le=1e4, description="activate to column command")
+    tRP_ns: float = Field(gt=0, le=1e4, description="precharge")
+    tRAS_ns: float = Field(gt=0, le=1e5, description="activate to precharge (minimum row open time)")
+    tCL_ns: float = Field(gt=0, le=1e4, description="column access (CAS) latency")
+    access_latency_ns: float = Field(gt=0, le=1e5, description="idle load-to-use latency seen by a PE")
+
+    @property
+    def row_cycle_overhead_s(self) -> float:
+        return units.ns_to_s(self.tRCD_ns + self.tRP_ns)
+
+    @property
+    def access_latency_s(self) -> float:
+        return units.ns_to_s(self.access_latency_ns)
+
+
+class Stacked3DDram(Frozen):
+    """3D-stacked DRAM over the logic die: m stacked layers (capacity, heat), n ≤ m connected (bandwidth)."""
+
+    technology: Literal["3d-stacked"] = "3d-stacked"
+    stacked_layers: int = Field(ge=1, le=MAX_STACKED_LAYERS, description="m: DRAM layers on the stack")
+    connected_layers: int = Field(ge=1, le=MAX_STACKED_LAYERS, description="n ≤ m: layers with their own TSVs")
+    layer_capacity_GiB: float = Field(gt=0, le=1024)
+    layer_bw_GBps: float = Field(gt=0, le=1e6, description="peak TSV bandwidth of one connected layer")
+    banks_per_layer: int = Field(ge=1, le=65536)
+    row_bytes: int = Field(ge=32, le=65536)
+    connectivity: Literal["direct", "interleaved"] = "direct"
+    interleave_ways: int = Field(4, ge=1, le=64, description="banks sharing one channel when interleaved")
+    timing: DramTiming
+    energy_pJ_per_bit: float = Field(gt=0, le=1000)
+
+    @model_validator(mode="after")
+    def _n_le_m(self) -> Stacked3DDram:
+        if self.connected_layers > self.stacked_layers:
+            raise ValueError(
+                f"connected_layers (n = {self.connected_layers}) must be ≤ stacked_layers (m = {self.stacked_layers})"
+            )
+        return self
+
+    @property
+    def capacity_B(self) -> float:
+        return units.GiB_to_B(self.layer_capacity_GiB) * self.stacked_layers
+
+    @property
+    def peak_bw_Bps(self) -> float:
+        return units.GBps_to_Bps(self.layer_bw_GBps) * self.connected_layers
+
+    @property
+    def banks(self) -> int:
+        """Independently addressable banks: every bank of a connected layer (unconnected layers are reached
+        through a connected one and add capacity, not parallelism)."""
+        return self.banks_per_layer * self.connected_layers
+
+
+class HBMDram(Frozen):
+    """2.5D HBM stacks beside the die (the H100*/H200* baselines and the real GPUs)."""
+
+    technology: Literal["hbm"] = "hbm"
+    stacks: int = Field(ge=1, le=64)
+    stack_capacity_GiB: float = Field(gt=0, le=4096)
+    stack_bw_GBps: float = Field(gt=0, le=1e6)
+    banks_per_stack: int = Field(ge=1, le=65536, description="channels × pseudo-channels × banks")
+    row_bytes: int = Field(ge=32, le=65536)
+    timing: DramTiming
+    energy_pJ_per_bit: float = Field(gt=0, le=1000)
+
+    @property
+    def capacity_B(self) -> float:
+        return units.GiB_to_B(self.stack_capacity_GiB) * self.stacks
+
+    @property
+    def peak_bw_Bps(self) -> float:
+        return units.GBps_to_Bps(self.stack_bw_GBps) * self.stacks
+
+    @property
+    def banks(self) -> int:
+        return self.banks_per_stack * self.stacks
+
+
+Dram = Annotated[Stacked3DDram | HBMDram, Field(discriminator="technology")]
+
+
+class Device(Frozen):
+    """The unit of parallelism: a 100 mm² 3D-stack cluster, or an 800 mm² GPU die for 2.5D (DESIGN.md §2)."""
+
+    area_mm2: float = Field(gt=0, le=1e5)
+    pes: int | Literal["auto"] = Field("auto", description='PE count, or "auto" to derive it from the area budget')
+    l2_MiB: float = Field(gt=0, le=1e5)
+    l2_bw_B_per_cycle: float = Field(gt=0, le=1e7)
+    dram: Dram
+
+    @field_validator("pes")
+    @classmethod
+    def _positive_pes(cls, value: int | str) -> int | str:
+        if value != "auto" and not 1 <= value <= 100_000:
+            raise ValueError('must be "auto" or an integer in 1..100000')
+        return value
+
+    @property
+    def l2_B(self) -> float:
+        return units.MiB_to_B(self.l2_MiB)
+
+
+class Thermal(Frozen):
+    """Thermal limits of §4.1.2."""
+
+    ambient_c: float = Field(25.0, ge=-50, le=100)
+    target_c: float = Field(85.0, ge=0, le=200, description="design target (DRAM normal range)")
+    hard_limit_c: float = Field(95.0, ge=0, le=200)
+
+
+class Table2Row(Frozen):
+    """The paper's published figures per 800 mm² (Table 2), kept with the preset to check the area model."""
+
+    fp16_tflops: float = Field(gt=0)
+    fp32_tflops: float = Field(gt=0)
+    sfu_tflops: float = Field(gt=0)
+    l2_bw_TBps: float = Field(gt=0)
+    l1_bw_TBps: float = Field(gt=0)
+    dram_bw_TBps: float = Field(gt=0)
+    dram_capacity_GiB: float = Field(gt=0)
+    wgmma: bool
+
+
+class ChipArchitecture(Sourced):
+    """One row of Table 2: a PE design and a device (cluster or die) template."""
+
+    kind: Literal["chip"] = "chip"
+    process_nm: int = Field(7, ge=1, le=250)
+    clock_GHz: float = Field(gt=0, le=20)
+    tdp_W: float = Field(gt=0, le=1e5, description="per device")
+    pe: PE
+    device: Device
+    noc_bw_scale: float = Field(1.0, gt=0, le=64, description="NoC bandwidth provisioned vs. the NoC preset")
+    thermal: Thermal = Thermal()
+    paper_table2: Table2Row | None = None
+
+    @property
+    def clock_Hz(self) -> float:
+        return units.GHz_to_Hz(self.clock_GHz)
+
+    @property
+    def is_3d(self) -> bool:
+        return self.device.dram.technology == "3d-stacked"
+
+
+Topology = Literal["switch", "ring", "chain", "mesh", "torus", "fully_connected"]
+_TWO_D = ("mesh", "torus")
+
+
+class NetworkLevel(Frozen):
+    """One level of the hierarchical network (L1 die, L2 chip, L3 system)."""
+
+    label: str = ""
+    topology: Topology
+    dims: tuple[int, ...] = Field(min_length=1, max_length=2)
+    link_bw_GBps: float = Field(gt=0, le=1e6, description="per link and direction")
+    hop_latency_ns: float = Field(ge=0, le=1e7)
+    packet_bytes: int | None = Field(None, ge=1, le=1 << 30, description="payload per packet (None: no framing)")
+    header_bytes: int = Field(0, ge=0, le=1 << 20, description="protocol overhead per packet")
+    energy_pJ_per_bit: float = Field(gt=0, le=1000)
+
+    @field_validator("dims", mode="before")
+    @classmethod
+    def _parse_dims(cls, value):
+        if isinstance(value, str):
+            try:
+                return tuple(int(part) for part in value.lower().split("x"))
+            except ValueError:
+                raise ValueError(f"dims must look like 4 or 4x4, got {value!r}") from None
+        if isinstance(value, int):
+            return (value,)
+        return value
+
+    @model_validator(mode="after")
+    def _dims_match_topology(self) -> NetworkLevel:
+        want = 2 if self.topology in _TWO_D else 1
+        if len(self.dims) != want:
+            raise ValueError(f"dims of a {self.topology} must have {want} value(s), got {len(self.dims)}")
+        if any(d < 1 or d > 65536 for d in self.dims):
+            raise ValueError("dims must be integers in 1..65536")
+        return self
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def link_bw_Bps(self) -> float:
+        return units.GBps_to_Bps(self.link_bw_GBps)
+
+    @property
+    def hop_latency_s(self) -> float:
+        return units.ns_to_s(self.hop_latency_ns)
+
+
+class Network(Sourced):
+    """A hierarchical network, innermost level first (L1 → L3); N devices = product of the level sizes."""
+
+    kind: Literal["noc"] = "noc"
+    levels: tuple[NetworkLevel, ...] = Field(min_length=1, max_length=3)
+    device_area_mm2: float = Field(gt=0, le=1e5, description="area of one endpoint (100 mm² cluster or 800 mm² die)")
+
+    @property
+    def devices(self) -> int:
+        return math.prod(level.size for level in self.levels)
+
+
+def _resolve(kind: str, value):
+    """Preset name or path → its data (resolved lazily: the catalog depends on these schemas)."""
+    if isinstance(value, str):
+        from deepstack.catalog import load_data
+
+        return load_data(kind, value)
+    return value
+
+
+class System(Sourced):
+    """A complete machine: an architecture replicated over a network (real GPU systems, or a 3D design)."""
+
+    kind: Literal["system"] = "system"
+    architecture: ChipArchitecture
+    network: Network
+
+    @field_validator("architecture", mode="before")
+    @classmethod
+    def _architecture(cls, value):
+        return _resolve("chips", value)
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, value):
+        return _resolve("nocs", value)
+
+    @property
+    def devices(self) -> int:
+        return self.network.devices

@@ -1,0 +1,155 @@
+"""LLM architecture: dense and MoE transformers with MHA/GQA/MQA/MLA attention (CALIBRATION.md §2)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from deepstack.schema.base import Frozen, Sourced
+
+
+class Attention(Frozen):
+    """Attention block shape. MLA fields follow DeepSeek-V3's ``config_671B.json``."""
+
+    kind: Literal["mha", "gqa", "mqa", "mla"]
+    heads: int = Field(ge=1, le=4096)
+    kv_heads: int = Field(ge=1, le=4096)
+    head_dim: int = Field(ge=1, le=4096, description="q/k/v head dim (MLA: ignored, see the MLA fields)")
+    qk_norm: bool = Field(False, description="per-head RMSNorm on q and k (Qwen3)")
+    q_lora_rank: int | None = Field(None, ge=1, description="MLA: query down-projection rank (None = direct)")
+    kv_lora_rank: int | None = Field(None, ge=1, description="MLA: compressed KV latent dimension")
+    qk_nope_head_dim: int | None = Field(None, ge=1)
+    qk_rope_head_dim: int | None = Field(None, ge=1)
+    v_head_dim: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Attention:
+        if self.kind == "mha" and self.kv_heads != self.heads:
+            raise ValueError(f"kv_heads must equal heads ({self.heads}) for MHA")
+        if self.kind == "mqa" and self.kv_heads != 1:
+            raise ValueError("kv_heads must be 1 for MQA")
+        if self.kind == "gqa" and self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads must divide heads ({self.heads}) for GQA")
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if self.kind == "mla" and any(v is None for v in mla):
+            raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        return self
+
+    @property
+    def qk_head_dim(self) -> int:
+        if self.kind == "mla":
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.v_head_dim if self.kind == "mla" else self.head_dim
+
+    def parameter_count(self, hidden: int) -> int:
+        """Weights of one attention block (projections and norms inside it)."""
+        h = self.heads
+        if self.kind == "mla":
+            if self.q_lora_rank:
+                q = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * h * self.qk_head_dim
+            else:
+                q = hidden * h * self.qk_head_dim
+            kv_a = hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
+            kv_b = self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
+            o = h * self.v_head_dim * hidden
+            return q + kv_a + kv_b + o
+        q = hidden * h * self.head_dim
+        kv = 2 * hidden * self.kv_heads * self.head_dim
+        o = h * self.head_dim * hidden
+        norms = 2 * self.head_dim if self.qk_norm else 0
+        return q + kv + o + norms
+
+    def kv_cache_elements_per_token(self) -> int:
+        """KV-cache elements one token stores per layer (MLA caches the latent and the RoPE key)."""
+        if self.kind == "mla":
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+
+class MoE(Frozen):
+    """Mixture-of-experts FFN (SwiGLU experts)."""
+
+    routed_experts: int = Field(ge=2, le=65536)
+    shared_experts: int = Field(0, ge=0, le=64)
+    top_k: int = Field(ge=1, le=64)
+    expert_intermediate: int = Field(ge=1)
+    first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense FFN instead of MoE")
+    router_bias: bool = Field(False, description="per-expert correction bias (DeepSeek-V3 aux-loss-free routing)")
+
+    @model_validator(mode="after")
+    def _top_k(self) -> MoE:
+        if self.top_k > self.routed_experts:
+            raise ValueError(f"top_k must be ≤ routed_experts ({self.routed_experts})")
+        return self
+
+
+class LLM(Sourced):
+    """A decoder-only transformer. ``published_params_B`` is the vendor's total, for cross-checking."""
+
+    kind: Literal["llm"] = "llm"
+    hidden: int = Field(ge=1, le=1_000_000)
+    layers: int = Field(ge=1, le=10_000)
+    vocab: int = Field(ge=1, le=10_000_000)
+    tied_embeddings: bool = False
+    attention: Attention
+    dense_intermediate: int | None = Field(None, ge=1, description="SwiGLU intermediate of dense FFN layers")
+    moe: MoE | None = None
+    default_precision: str = "a16w16"
+    published_params_B: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _ffn(self) -> LLM:
+        if self.moe is None and self.dense_intermediate is None:
+            raise ValueError("a dense model needs dense_intermediate")
+        if self.moe and self.moe.first_dense_layers and self.dense_intermediate is None:
+            raise ValueError("moe.first_dense_layers > 0 needs dense_intermediate")
+        if self.moe and self.moe.first_dense_layers > self.layers:
+            raise ValueError(f"moe.first_dense_layers must be ≤ layers ({self.layers})")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def dense_layers(self) -> int:
+        return self.layers if self.moe is None else self.moe.first_dense_layers
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers
+
+    def dense_ffn_parameters(self) -> int:
+        return 3 * self.hidden * (self.dense_intermediate or 0)
+
+    def moe_parameters(self) -> int:
+        """One MoE block: routed + shared SwiGLU experts and the router."""
+        m = self.moe
+        experts = (m.routed_experts + m.shared_experts) * 3 * self.hidden * m.expert_intermediate
+        router = self.hidden * m.routed_experts + (m.routed_experts if m.router_bias else 0)
+        return experts + router
+
+    def embedding_parameters(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    def parameter_count(self) -> int:
+        """Total weights: embeddings, attention, FFN/MoE and the RMSNorms (2 per layer + final)."""
+        per_layer_common = self.attention.parameter_count(self.hidden) + 2 * self.hidden
+        total = self.layers * per_layer_common + self.hidden + self.embedding_parameters()
+        total += self.dense_layers * self.dense_ffn_parameters()
+        if self.moe is not None:
+            total += self.moe_layers * self.moe_parameters()
+        return total
+
+    def active_parameter_count(self) -> int:
+        """Weights one token touches (top-k + shared experts instead of all experts)."""
+        if self.moe is None:
+            return self.parameter_count()
+        m = self.moe
+        inactive = (m.routed_experts - m.top_k) * 3 * self.hidden * m.expert_intermediate
+        return self.parameter_count() - self.moe_layers * inactive

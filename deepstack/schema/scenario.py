@@ -1,0 +1,84 @@
+"""The serving scenario: which LLM, prefill or decode, batch, sequence lengths, precision."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from deepstack.schema.base import Frozen
+from deepstack.schema.llm import LLM
+
+_PRECISION = re.compile(r"^a(\d+)w(\d+)(?:kv(\d+))?$")
+_ALLOWED_BITS = (4, 8, 16, 32)
+
+
+class Precision(Frozen):
+    """Bits of activations, weights and KV cache. Written ``a16w8`` (KV defaults to the activation width)."""
+
+    activation_bits: int
+    weight_bits: int
+    kv_bits: int
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parse(cls, value):
+        if isinstance(value, str):
+            match = _PRECISION.match(value.strip().lower())
+            if not match:
+                raise ValueError(f"precision must look like a16w16, a16w8 or a16w8kv8, got {value!r}")
+            a, w, kv = match.groups()
+            return {"activation_bits": int(a), "weight_bits": int(w), "kv_bits": int(kv or a)}
+        return value
+
+    @field_validator("activation_bits", "weight_bits", "kv_bits")
+    @classmethod
+    def _bits(cls, value: int) -> int:
+        if value not in _ALLOWED_BITS:
+            raise ValueError(f"bits must be one of {', '.join(map(str, _ALLOWED_BITS))}")
+        return value
+
+    @property
+    def activation_bytes(self) -> float:
+        return self.activation_bits / 8
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.weight_bits / 8
+
+    @property
+    def kv_bytes(self) -> float:
+        return self.kv_bits / 8
+
+    def __str__(self) -> str:
+        tail = "" if self.kv_bits == self.activation_bits else f"kv{self.kv_bits}"
+        return f"a{self.activation_bits}w{self.weight_bits}{tail}"
+
+
+class Scenario(Frozen):
+    """One serving workload. In decode, ``batch`` requests each generate one token per step with a KV cache
+    that grows from ``input_len`` to ``input_len + output_len``; prefill processes ``batch × input_len``."""
+
+    kind: Literal["scenario"] = "scenario"
+    model: LLM
+    phase: Literal["prefill", "decode"]
+    batch: int = Field(ge=1, le=1_048_576)
+    input_len: int = Field(1024, ge=1, le=10_485_760)
+    output_len: int = Field(1024, ge=1, le=10_485_760)
+    precision: Precision | None = Field(None, description="default: the model's default_precision")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value):
+        if isinstance(value, str):
+            from deepstack.catalog import load_data
+
+            return load_data("llms", value)
+        return value
+
+    @model_validator(mode="after")
+    def _default_precision(self) -> Scenario:
+        if self.precision is None:
+            object.__setattr__(self, "precision", Precision.model_validate(self.model.default_precision))
+        return self

@@ -1,0 +1,126 @@
+"""Parallel schedule: TP, EP, SP, CP, DP, PP and FSDP (paper §3.3.1), per module, with collective choices.
+
+Attention and the FFN/MoE block may use different layouts (e.g. attention TP·DP, MoE EP·TP); each module's
+degrees multiply to the same number of devices per pipeline stage. EP applies to routed experts; for
+attention and dense FFNs it acts as DP (paper §3.3.1).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from deepstack.errors import UserInputError
+from deepstack.schema.base import Frozen
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
+Algorithm = Literal[
+    "auto", "ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "direct", "pairwise"
+]
+MODULE_DEGREES = ("tp", "ep", "sp", "cp", "dp")
+_MODULE_ALIASES = {"attn": "attention", "attention": "attention", "ffn": "ffn", "moe": "ffn", "mlp": "ffn"}
+_MAX_DEGREE = 1 << 20
+
+
+class ModuleParallel(Frozen):
+    """Degrees of one module. Their product is the devices of one pipeline stage."""
+
+    tp: int = Field(1, ge=1, le=_MAX_DEGREE)
+    ep: int = Field(1, ge=1, le=_MAX_DEGREE)
+    sp: int = Field(1, ge=1, le=_MAX_DEGREE)
+    cp: int = Field(1, ge=1, le=_MAX_DEGREE)
+    dp: int = Field(1, ge=1, le=_MAX_DEGREE)
+
+    @property
+    def devices(self) -> int:
+        return math.prod(getattr(self, name) for name in MODULE_DEGREES)
+
+    def __str__(self) -> str:
+        return ",".join(f"{name}={getattr(self, name)}" for name in MODULE_DEGREES if getattr(self, name) > 1) or "1"
+
+
+class Schedule(Frozen):
+    kind: Literal["schedule"] = "schedule"
+    attention: ModuleParallel = ModuleParallel()
+    ffn: ModuleParallel = ModuleParallel()
+    pp: int = Field(1, ge=1, le=_MAX_DEGREE)
+    fsdp: bool = False
+    microbatches: int | None = Field(None, ge=1, le=_MAX_DEGREE, description="PP microbatches (None: tuned)")
+    collectives: dict[Collective, Algorithm] = Field(default_factory=dict, description='default "auto" each')
+
+    @model_validator(mode="after")
+    def _same_devices(self) -> Schedule:
+        if self.attention.devices != self.ffn.devices:
+            raise ValueError(
+                f"attention uses {self.attention.devices} devices per stage but ffn uses {self.ffn.devices}; "
+                "both modules must cover the same devices"
+            )
+        return self
+
+    @property
+    def devices(self) -> int:
+        return self.attention.devices * self.pp
+
+    @property
+    def is_per_module(self) -> bool:
+        return self.attention != self.ffn
+
+    def algorithm(self, collective: str) -> str:
+        return self.collectives.get(collective, "auto")
+
+    def __str__(self) -> str:
+        text = f"attn:{self.attention};ffn:{self.ffn}" if self.is_per_module else str(self.attention)
+        extras = [f"pp={self.pp}"] if self.pp > 1 else []
+        if self.fsdp:
+            extras.append("fsdp")
+        return ";".join([text, *extras]) if extras else text
+
+    @classmethod
+    def parse(cls, text: str) -> Schedule:
+        """Parse ``"tp=8,pp=4,dp=8"`` or ``"attn:tp=4,dp=64;moe:ep=32,tp=8"`` (``fsdp``, ``pp=``,
+        ``microbatches=`` and ``<collective>=<algorithm>`` may appear in any segment)."""
+        modules: dict[str, dict[str, int]] = {}
+        shared: dict[str, int] = {}
+        top: dict = {"collectives": {}}
+        for segment in filter(None, (s.strip() for s in text.split(";"))):
+            target = shared
+            if ":" in segment:
+                head, segment = segment.split(":", 1)
+                name = _MODULE_ALIASES.get(head.strip().lower())
+                if name is None:
+                    raise UserInputError(f"--parallel: unknown module {head.strip()!r}; allowed: attn, moe, ffn")
+                target = modules.setdefault(name, {})
+            for item in filter(None, (s.strip() for s in segment.split(","))):
+                key, _, value = item.partition("=")
+                key = key.strip().lower()
+                if key == "fsdp" and not value:
+                    top["fsdp"] = True
+                    continue
+                if key in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
+                    top["collectives"][key] = value.strip()
+                    continue
+                try:
+                    number = int(value)
+                except ValueError:
+                    raise UserInputError(f"--parallel: {key} needs an integer value, got {value!r}") from None
+                if key in ("pp", "microbatches"):
+                    top[key] = number
+                elif key == "fsdp":
+                    top["fsdp"] = bool(number)
+                elif key in MODULE_DEGREES:
+                    target[key] = number
+                else:
+                    raise UserInputError(
+                        f"--parallel: unknown degree {key!r}; allowed: tp, ep, sp, cp, dp, pp, fsdp, microbatches"
+                    )
+        attention = {**shared, **modules.get("attention", {})}
+        ffn = {**shared, **modules.get("ffn", {})}
+        if "attention" in modules and "ffn" not in modules and not shared:
+            ffn = dict(attention)
+        if "ffn" in modules and "attention" not in modules and not shared:
+            attention = dict(ffn)
+        from deepstack.schema.loader import validate
+
+        return validate(cls, {"attention": attention, "ffn": ffn, **top}, origin="--parallel")

@@ -1,0 +1,87 @@
+"""Design spaces and study recipes (the search and study issues fill in how they are used)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from deepstack.schema.base import Frozen
+from deepstack.schema.hardware import MAX_STACKED_LAYERS
+from deepstack.schema.schedule import Algorithm
+
+
+class SramOption(Frozen):
+    """An on-chip SRAM variant applied on top of a chip template (None keeps the template's value)."""
+
+    name: str = Field(min_length=1)
+    l1_KiB: float | None = Field(None, gt=0, le=1e5)
+    l1_bw_scale: float = Field(1.0, gt=0, le=64)
+    l2_MiB: float | None = Field(None, gt=0, le=1e5)
+
+
+class ScenarioAxes(Frozen):
+    models: tuple[str, ...] = Field(min_length=1)
+    phases: tuple[Literal["prefill", "decode"], ...] = ("decode",)
+    batches: tuple[int, ...] = Field((1,), min_length=1)
+    sequence_lengths: tuple[tuple[int, int], ...] = Field(((1024, 1024),), min_length=1,
+                                                          description="(input_len, output_len) pairs")
+    precision: str | None = None
+
+    @model_validator(mode="after")
+    def _positive(self) -> ScenarioAxes:
+        if any(b < 1 for b in self.batches):
+            raise ValueError("batches must be ≥ 1")
+        if any(i < 1 or o < 1 for i, o in self.sequence_lengths):
+            raise ValueError("sequence lengths must be ≥ 1")
+        return self
+
+
+class HardwareAxes(Frozen):
+    chips: tuple[str, ...] = Field(min_length=1)
+    nocs: tuple[str, ...] = Field(min_length=1)
+    stacked_layers: tuple[int, ...] = Field((4,), min_length=1)
+    connected_layers: tuple[int, ...] | Literal["all"] = Field("all", description='"all": every n ≤ m')
+    sram: tuple[SramOption, ...] = (SramOption(name="base"),)
+    hop_latency_scale: tuple[float, ...] = (1.0,)
+    level_bw_scale: tuple[float, ...] = Field((1.0,), description="applied to each level independently")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> HardwareAxes:
+        if any(not 1 <= m <= MAX_STACKED_LAYERS for m in self.stacked_layers):
+            raise ValueError(f"stacked_layers must be in 1..{MAX_STACKED_LAYERS}")
+        if self.connected_layers != "all" and any(not 1 <= n <= MAX_STACKED_LAYERS for n in self.connected_layers):
+            raise ValueError(f"connected_layers must be in 1..{MAX_STACKED_LAYERS} or \"all\"")
+        if any(s <= 0 for s in (*self.hop_latency_scale, *self.level_bw_scale)):
+            raise ValueError("scales must be > 0")
+        return self
+
+
+class ScheduleAxes(Frozen):
+    fsdp: tuple[bool, ...] = (False, True)
+    per_module: bool = True
+    collective_algorithms: tuple[Algorithm, ...] = ("auto",)
+    single_chip_schedules: int = Field(64, ge=1, description="operator schedules per strategy (paper §4.2.2)")
+
+
+class DesignSpace(Frozen):
+    kind: Literal["space"] = "space"
+    name: str
+    description: str = ""
+    source: str = ""
+    scenarios: ScenarioAxes
+    hardware: HardwareAxes
+    schedule: ScheduleAxes = ScheduleAxes()
+
+
+class StudyRecipe(Frozen):
+    """A paper experiment as data: which runner, on which space and scenarios, with which parameters."""
+
+    kind: Literal["study"] = "study"
+    name: str
+    question: str
+    runner: str = Field(description="the study runner that interprets the parameters")
+    space: str | None = Field(None, description="design space preset or path")
+    scenarios: ScenarioAxes | None = None
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    quick: dict[str, Any] = Field(default_factory=dict, description="overrides of parameters for --quick")

@@ -1,0 +1,1 @@
+"""Evaluators: performance, DRAM, network, collectives, area, power, thermal (pure functions, SI units)."""

@@ -1,0 +1,1 @@
+"""The search: design spaces, CP-SAT feasibility, Optuna, hierarchical exhaustive sweep, Pareto fronts."""

@@ -1,0 +1,57 @@
+"""Fixtures shared by the tests. (No repo-root conftest and no tests/__init__.py: DESIGN.md §1.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deepstack.cli import run
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    def json(self):
+        return json.loads(self.out)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process: ``cli("catalog", "llms", "--json")`` → CliResult(code, out, err)."""
+
+    def invoke(*args: str) -> CliResult:
+        code = run(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return invoke
+
+
+@pytest.fixture
+def cli_process():
+    """Run the installed ``deepstack`` console script in a subprocess (the real end-to-end path)."""
+    beside = Path(sys.executable).parent / "deepstack"
+    exe = str(beside) if beside.exists() else shutil.which("deepstack")
+    assert exe, "the deepstack console script is not installed"
+
+    def invoke(*args: str, cwd=None, timeout: float = 300) -> CliResult:
+        proc = subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return invoke
+
+
+def assert_user_error(result: CliResult, *needles: str) -> None:
+    """Exit 2, exactly one line on stderr naming the problem, no traceback."""
+    assert result.code == 2, (result.code, result.out, result.err)
+    lines = [line for line in result.err.splitlines() if line.strip()]
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err + result.out
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])

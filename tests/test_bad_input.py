@@ -1,0 +1,92 @@
+"""Bad input gets one line naming the field and what is allowed, exit status 2, no traceback (issue 2 item 4)."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+from conftest import assert_user_error
+
+STANDARD = (resources.files("deepstack.catalog") / "chips" / "standard.toml").read_text()
+TMS1 = (resources.files("deepstack.catalog") / "nocs" / "tms1.toml").read_text()
+
+
+def test_unknown_preset(cli):
+    assert_user_error(cli("catalog", "show", "gpt-17"), "unknown preset 'gpt-17'", "allowed:", "deepseek-v3")
+
+
+def test_unknown_catalog_kind(cli):
+    assert_user_error(cli("catalog", "gpus"), "must be one of llms, chips, nocs, systems")
+
+
+def test_negative_bandwidth(cli, tmp_path):
+    path = tmp_path / "noc.toml"
+    path.write_text(TMS1.replace("link_bw_GBps = 800.0", "link_bw_GBps = -800.0"))
+    assert_user_error(cli("validate", str(path)), "levels.0.link_bw_GBps", "greater than 0", "-800")
+
+
+def test_connected_layers_above_stacked(cli, tmp_path):
+    path = tmp_path / "chip.toml"
+    path.write_text(STANDARD.replace("connected_layers = 4", "connected_layers = 6"))
+    assert_user_error(cli("validate", str(path)), "device.dram", "connected_layers (n = 6) must be ≤ stacked_layers")
+
+
+def test_unknown_key(cli, tmp_path):
+    path = tmp_path / "chip.toml"
+    path.write_text(STANDARD.replace("[pe]\n", "[pe]\nmatrix_flop_per_cycle = 1\n"))
+    assert_user_error(cli("validate", str(path)), "pe.matrix_flop_per_cycle", "unknown key",
+                      "allowed: matrix_flops_per_cycle")
+
+
+@pytest.mark.parametrize(("suffix", "text"), [
+    (".toml", 'kind = "schedule"\npp = 2\npp = 4\n'),
+    (".yaml", "kind: schedule\npp: 2\npp: 4\n"),
+    (".json", '{"kind": "schedule", "pp": 2, "pp": 4}'),
+])
+def test_duplicate_key(cli, tmp_path, suffix, text):
+    path = tmp_path / f"dup{suffix}"
+    path.write_text(text)
+    result = cli("validate", str(path))
+    assert_user_error(result, str(path))
+    assert "pp" in result.err and ("duplicate" in result.err.lower() or "overwrite" in result.err.lower())
+
+
+@pytest.mark.parametrize(("suffix", "text"), [
+    (".toml", 'kind = "llm"\nname = "x\n'),
+    (".yaml", "kind: [llm\n"),
+    (".json", '{"kind": "llm",'),
+    (".toml", ""),
+])
+def test_malformed_file(cli, tmp_path, suffix, text):
+    path = tmp_path / f"bad{suffix}"
+    path.write_text(text)
+    assert_user_error(cli("validate", str(path)), str(path))
+
+
+def test_missing_file_and_wrong_type(cli, tmp_path):
+    assert_user_error(cli("validate", str(tmp_path / "nope.toml")), "no such file")
+    (tmp_path / "x.txt").write_text("hello")
+    assert_user_error(cli("validate", str(tmp_path / "x.txt")), "unsupported file type", ".toml")
+
+
+def test_unknown_kind(cli, tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('kind = "gpu"\n')
+    assert_user_error(cli("validate", str(path)), "kind: must be one of llm, chip, noc")
+
+
+def test_nan_is_rejected(cli, tmp_path):
+    path = tmp_path / "noc.toml"
+    path.write_text(TMS1.replace("link_bw_GBps = 800.0", "link_bw_GBps = nan"))
+    assert_user_error(cli("validate", str(path)), "link_bw_GBps", "finite")
+
+
+def test_unknown_option_is_one_line(cli):
+    assert_user_error(cli("catalog", "--bogus"), "--bogus")
+
+
+def test_console_script_end_to_end(cli_process):
+    result = cli_process("catalog", "show", "no-such-chip")
+    assert_user_error(result, "unknown preset 'no-such-chip'")
+    ok = cli_process("catalog", "nocs", "--json")
+    assert ok.code == 0 and '"tms1"' in ok.out
