@@ -1,0 +1,519 @@
+"""Stage 1 of the dual-stage network abstraction: collectives as sequences of traffic matrices (paper §3.3.3).
+
+Every algorithm is a sequence of steps; a step is one traffic matrix (TM) over the participating devices whose
+flows start together, timed with eq. 4 by :mod:`deepstack.models.network` (all steps of an algorithm are
+routed in one vectorised batch). A collective's time is the sum of its steps' times. Consecutive identical
+steps (the p−1 steps of a ring) are routed once and counted ``count`` times. Several groups of the same
+collective run concurrently (e.g. the 64 TP groups of 4 on 256 devices): their TMs are summed step by step, so
+contention between groups on shared links shows up — this is how DeepStack aggregates the traffic of all
+parallel dimensions (§4.1.4, Stage 1).
+
+Sizes: ``bytes_per_rank`` is each rank's *input* (DESIGN.md §6): the shard for all-gather, the full vector for
+reduce-scatter and all-reduce, the whole send buffer for all-to-all (split evenly over the p destinations,
+the rank's own part staying local), the message for send/recv. ``S`` below is that size, ``p`` the group size.
+
+Algorithms (p ranks in group order; ring neighbours are consecutive ranks):
+
+* ``all_reduce``
+    - ``ring``: reduce-scatter then all-gather around the ring, 2(p−1) steps of S/p per rank.
+    - ``halving_doubling``: reduce-scatter by recursive halving, then all-gather by recursive doubling
+      (power-of-two p only), ordered for locality: the reduce-scatter's partner distance *doubles* (1, 2, …,
+      p/2) while the exchanged half shrinks (S/2, …, S/p), and the all-gather mirrors it — the largest
+      exchanges stay between nearby ranks, i.e. on the innermost, fastest level.
+    - ``rabenseifner``: the same two phases in the classic order of Thakur, Rabenseifner & Gropp (IJHPCA
+      2005): reduce-scatter partners at distance p/2 first (exchanging S/2), all-gather at distance 1 first.
+      Same bytes and step count as ``halving_doubling``; the largest exchanges go to the farthest partners.
+    - ``double_tree``: two binary trees, each carrying S/2 (Sanders, Speck & Träff, Parallel Computing 2009;
+      NCCL's double binary tree). Tree A is the in-order binary tree over the ranks, tree B the same tree
+      shifted by one rank, so most interior ranks of one tree are leaves of the other. Chunk model: each
+      tree's half is cut into C chunks and reduce (up) and broadcast (down) are pipelined, so after a fill of
+      2h−1 steps (h = tree height) every step moves one chunk up and one chunk down every edge of both
+      trees; the collective takes C + 2h − 1 such steps, each timed as the steady-state TM (a slight
+      over-estimate during fill and drain). C is the power of two in 1…256 that minimises the time.
+    - ``hierarchical``: reduce-scatter inside the innermost network level the group spans, all-reduce of the
+      S/a shard across the outer levels (a = ranks per inner sub-group), all-gather back inside. Each phase
+      uses the fastest algorithm for its sub-groups (so the outer all-reduce may itself be hierarchical, one
+      level further out). Needs groups that are a full product of inner positions × outer positions.
+* ``all_gather`` / ``reduce_scatter``: ``ring`` (p−1 steps), ``halving_doubling`` (recursive doubling /
+  halving, power-of-two p; all-gather goes to far partners first with the smallest blocks, reduce-scatter to
+  near partners first with the largest) and ``direct`` (one step: every rank sends its part to every other).
+* ``all_to_all``: ``direct`` (one TM, every pair S/p) and ``pairwise`` (p−1 steps; in step k rank i sends
+  S/p to rank i+k mod p).
+* ``send_recv``: ``direct``, one TM in which rank i sends S to rank i+1 (a 2-rank group is one transfer; a
+  longer group is a chain of pipeline-stage boundaries).
+
+``step_overhead_s`` is a fixed software/synchronisation cost added to every step (kernel launch, flag
+polling). It defaults to 0 because eq. 4 has no such term; set it to study launch-bound small collectives.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepstack.errors import UserInputError
+from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, level_loads, route_batch
+
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical"),
+    "all_gather": ("ring", "halving_doubling", "direct"),
+    "reduce_scatter": ("ring", "halving_doubling", "direct"),
+    "all_to_all": ("direct", "pairwise"),
+    "send_recv": ("direct",),
+}
+OPS = tuple(ALGORITHMS)
+
+# Largest chunk count tried for the double-tree pipeline (a search bound, not a hardware constant).
+_MAX_TREE_CHUNKS = 256
+
+
+class CollectiveError(UserInputError, ValueError):
+    """A bad collective request (unknown op or algorithm, an algorithm that does not apply, bad groups)."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One step (one traffic matrix), possibly repeated.
+
+    Attributes:
+        phase: what the step does (e.g. "reduce_scatter", "outer ring all_gather").
+        count: how many identical consecutive steps this entry stands for.
+        time_s: one step: latency + congestion + per-step overhead, s.
+        latency_s: one step's zero-load latency L_net (eq. 4), s.
+        congestion_s: one step's T_cong (eq. 4), s.
+        max_link_bytes: bytes on the busiest link during one step, B.
+    """
+
+    phase: str
+    count: int
+    time_s: float
+    latency_s: float
+    congestion_s: float
+    max_link_bytes: float
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """Time of one collective (all its concurrent groups) on a topology.
+
+    Attributes:
+        op: the collective.
+        algorithm: the algorithm used (picked by "auto", or the one asked for); "none" if nothing moves.
+        detail: algorithm parameters (double-tree chunks, hierarchical sub-algorithms).
+        bytes_per_rank: per-rank input size, B.
+        group_size: ranks per group (p).
+        num_groups: concurrent groups.
+        time_s: Σ over steps of count × step time, s.
+        latency_s: the collective's zero-load latency L_net: Σ count × step latency (for eq. 5), s.
+        congestion_s: Σ count × step congestion, s.
+        overhead_s: Σ count × per-step overhead, s.
+        steps: per-step breakdown in execution order (identical consecutive steps merged, see ``count``).
+        max_link_bytes: bytes the busiest link carries over the whole collective, B.
+        level_utilization: per-level load over the whole collective (busy fractions relative to ``time_s``).
+        candidates: (algorithm, time_s) of every algorithm evaluated (all applicable ones under "auto").
+    """
+
+    op: str
+    algorithm: str
+    detail: str
+    bytes_per_rank: float
+    group_size: int
+    num_groups: int
+    time_s: float
+    latency_s: float
+    congestion_s: float
+    overhead_s: float
+    steps: tuple[StepResult, ...]
+    max_link_bytes: float
+    level_utilization: tuple[LevelLoad, ...]
+    candidates: tuple[tuple[str, float], ...]
+
+    @property
+    def num_steps(self) -> int:
+        """Number of traffic matrices executed (repeats included)."""
+        return sum(step.count for step in self.steps)
+
+
+@dataclass(frozen=True, eq=False)
+class _Step:
+    """One TM in rank space: rank ``src[i]`` sends ``nbytes[i]`` to rank ``dst[i]``; repeated ``count`` times."""
+
+    phase: str
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    count: int = 1
+
+
+@dataclass(frozen=True, eq=False)
+class _Run:
+    """An executed algorithm: its steps and the bytes every link carried over all of them."""
+
+    algorithm: str
+    detail: str
+    steps: tuple[StepResult, ...]
+    link_totals: tuple[np.ndarray, ...]
+
+    @property
+    def time_s(self) -> float:
+        return sum(step.count * step.time_s for step in self.steps)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stage 1: algorithms as traffic-matrix sequences (rank space)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _step(phase: str, src, dst, nbytes, count: int = 1) -> _Step:
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    return _Step(phase, src, dst, np.broadcast_to(np.asarray(nbytes, dtype=float), src.shape), count)
+
+
+def _is_power_of_two(p: int) -> bool:
+    return p >= 1 and p & (p - 1) == 0
+
+
+def _ring(phase: str, p: int, nbytes: float, count: int) -> _Step:
+    ranks = np.arange(p)
+    return _step(phase, ranks, (ranks + 1) % p, nbytes, count)
+
+
+def _exchange(phase: str, p: int, distance: int, nbytes: float) -> _Step:
+    """Recursive halving/doubling step: every rank exchanges ``nbytes`` with rank XOR ``distance``."""
+    ranks = np.arange(p)
+    return _step(phase, ranks, ranks ^ distance, nbytes)
+
+
+def _all_pairs(phase: str, p: int, nbytes: float) -> _Step:
+    src, dst = np.divmod(np.arange(p * p), p)
+    keep = src != dst
+    return _step(phase, src[keep], dst[keep], nbytes)
+
+
+def _halving(p: int, vector_B: float, near_first: bool) -> list[_Step]:
+    """Reduce-scatter by recursive halving: log2 p exchanges of S/2, S/4, …, S/p."""
+    distances = [1 << k for k in range(p.bit_length() - 1)]
+    if not near_first:
+        distances.reverse()
+    return [_exchange("reduce_scatter", p, d, vector_B / (2 << k)) for k, d in enumerate(distances)]
+
+
+def _doubling(p: int, shard_B: float, far_first: bool) -> list[_Step]:
+    """All-gather by recursive doubling: log2 p exchanges of 1, 2, …, p/2 shards."""
+    distances = [1 << k for k in range(p.bit_length() - 1)]
+    if far_first:
+        distances.reverse()
+    return [_exchange("all_gather", p, d, shard_B * (1 << k)) for k, d in enumerate(distances)]
+
+
+def _flat_steps(op: str, algorithm: str, p: int, S: float) -> list[_Step]:
+    """The TM sequence of every algorithm except double_tree and hierarchical (which need the topology)."""
+    match op, algorithm:
+        case "all_reduce", "ring":
+            return [_ring("reduce_scatter", p, S / p, p - 1), _ring("all_gather", p, S / p, p - 1)]
+        case "all_reduce", "halving_doubling":
+            return _halving(p, S, near_first=True) + _doubling(p, S / p, far_first=True)
+        case "all_reduce", "rabenseifner":
+            return _halving(p, S, near_first=False) + _doubling(p, S / p, far_first=False)
+        case "all_gather", "ring":
+            return [_ring("all_gather", p, S, p - 1)]
+        case "all_gather", "halving_doubling":
+            return _doubling(p, S, far_first=True)
+        case "all_gather", "direct":
+            return [_all_pairs("all_gather", p, S)]
+        case "reduce_scatter", "ring":
+            return [_ring("reduce_scatter", p, S / p, p - 1)]
+        case "reduce_scatter", "halving_doubling":
+            return _halving(p, S, near_first=True)
+        case "reduce_scatter", "direct":
+            return [_all_pairs("reduce_scatter", p, S / p)]
+        case "all_to_all", "direct":
+            return [_all_pairs("all_to_all", p, S / p)]
+        case "all_to_all", "pairwise":
+            ranks = np.arange(p)
+            return [_step("all_to_all", ranks, (ranks + k) % p, S / p) for k in range(1, p)]
+        case "send_recv", "direct":
+            ranks = np.arange(p - 1)
+            return [_step("send_recv", ranks, ranks + 1, S)]
+    raise AssertionError(f"no flat TM sequence for {op}/{algorithm}")  # unreachable: names checked before
+
+
+def _inorder_tree(p: int) -> tuple[np.ndarray, int]:
+    """In-order binary tree over ranks 0..p−1: parent of every rank (−1 at the root) and the height in edges."""
+    parent = np.full(p, -1, dtype=np.int64)
+    height = 0
+    stack = [(0, p - 1, -1, 0)]
+    while stack:
+        lo, hi, up, depth = stack.pop()
+        if lo > hi:
+            continue
+        mid = (lo + hi) // 2
+        parent[mid] = up
+        height = max(height, depth)
+        stack += [(lo, mid - 1, mid, depth + 1), (mid + 1, hi, mid, depth + 1)]
+    return parent, height
+
+
+def _double_tree_step(p: int, chunk_B: float, count: int) -> _Step:
+    """Steady state of the pipelined double tree: one chunk up and one down every edge of both trees."""
+    parent, _ = _inorder_tree(p)
+    child = np.flatnonzero(parent >= 0)
+    edges = [(child, parent[child]), ((child + 1) % p, (parent[child] + 1) % p)]  # tree A, tree B = A shifted
+    src = np.concatenate([np.concatenate([c, u]) for c, u in edges])
+    dst = np.concatenate([np.concatenate([u, c]) for c, u in edges])
+    return _step("reduce+broadcast", src, dst, chunk_B, count)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stage 2: execution on the topology
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _route_steps(steps: Sequence[_Step], groups: tuple, topology: NetworkTopology):
+    """Map every step's rank-space flows onto all groups' devices (summing the groups) and route them."""
+    members = np.asarray(groups, dtype=np.int64)  # (groups, p)
+    flows = [
+        (members[:, step.src].ravel(), members[:, step.dst].ravel(), np.tile(step.nbytes, len(members)))
+        for step in steps
+    ]
+    return route_batch(flows, topology)
+
+
+def _assemble(algorithm: str, detail: str, steps: Sequence[_Step], routed, topology, overhead_s: float) -> _Run:
+    totals = [np.zeros(n) for n in topology.level_links]
+    results = []
+    for step, flows in zip(steps, routed, strict=True):
+        net = flows.result
+        results.append(
+            StepResult(step.phase, step.count, net.time_s + overhead_s, net.latency_s, net.congestion_s,
+                       net.max_link_bytes)
+        )
+        for total, links in zip(totals, flows.link_bytes, strict=True):
+            total += step.count * links
+    for total in totals:
+        total.flags.writeable = False
+    return _Run(algorithm, detail, tuple(results), tuple(totals))
+
+
+def _execute(
+    algorithm: str, detail: str, steps: Sequence[_Step], groups: tuple, topology: NetworkTopology, overhead_s: float
+) -> _Run:
+    return _assemble(algorithm, detail, steps, _route_steps(steps, groups, topology), topology, overhead_s)
+
+
+def _double_tree(S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:
+    p = len(groups[0])
+    _, height = _inorder_tree(p)
+    chunk_counts = [1 << k for k in range(_MAX_TREE_CHUNKS.bit_length())]
+    steps = [_double_tree_step(p, S / (2 * chunks), chunks + 2 * height - 1) for chunks in chunk_counts]
+    routed = _route_steps(steps, groups, topology)
+    runs = [
+        _assemble("double_tree", f"chunks={chunks}", [step], [flows], topology, overhead_s)
+        for chunks, step, flows in zip(chunk_counts, steps, routed, strict=True)
+    ]
+    return min(runs, key=lambda run: run.time_s)  # the fewest chunks wins ties
+
+
+def _split_at(groups: tuple, radix: int):
+    """Split every group into inner sub-groups (same outer position) and rails (same inner position)."""
+    inner_groups, rails, shape = [], [], None
+    for group in groups:
+        inner_keys = list(dict.fromkeys(d % radix for d in group))
+        outer_keys = list(dict.fromkeys(d // radix for d in group))
+        a, b = len(inner_keys), len(outer_keys)
+        if a < 2 or b < 2 or a * b != len(group) or shape not in (None, (a, b)):
+            return None
+        shape = (a, b)
+        inner_groups += [tuple(d for d in group if d // radix == o) for o in outer_keys]
+        rails += [tuple(d for d in group if d % radix == i) for i in inner_keys]
+    return tuple(inner_groups), tuple(rails), shape[0]
+
+
+@functools.lru_cache(maxsize=1024)
+def _hierarchy(groups: tuple, topology: NetworkTopology):
+    """(inner sub-groups, rails, inner size) at the innermost level boundary that splits the groups, or None."""
+    radix = 1
+    for level in topology.levels[:-1]:
+        radix *= level.size
+        split = _split_at(groups, radix)
+        if split is not None:
+            return split
+    return None
+
+
+def _hierarchical(S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:
+    inner_groups, rails, a = _hierarchy(groups, topology)
+    phases = [
+        ("inner", "reduce_scatter", _best("reduce_scatter", S, inner_groups, topology, overhead_s)[0]),
+        ("outer", "all_reduce", _best("all_reduce", S / a, rails, topology, overhead_s)[0]),
+        ("inner", "all_gather", _best("all_gather", S / a, inner_groups, topology, overhead_s)[0]),
+    ]
+    steps = tuple(
+        StepResult(f"{role} {run.algorithm} {s.phase}", s.count, s.time_s, s.latency_s, s.congestion_s,
+                   s.max_link_bytes)
+        for role, _, run in phases
+        for s in run.steps
+    )
+    totals = tuple(sum(parts) for parts in zip(*(run.link_totals for _, _, run in phases), strict=True))
+    for total in totals:
+        total.flags.writeable = False
+    detail = ", ".join(
+        f"{role} {op}={run.algorithm}" + (f" ({run.detail})" if run.detail else "") for role, op, run in phases
+    )
+    return _Run("hierarchical", detail, steps, totals)
+
+
+def _unavailable(op: str, algorithm: str, groups: tuple, topology: NetworkTopology) -> str | None:
+    """Why an algorithm cannot run on these groups (None if it can)."""
+    p = len(groups[0])
+    if algorithm in ("halving_doubling", "rabenseifner") and not _is_power_of_two(p):
+        return f"{algorithm} needs a power-of-two group size (got {p})"
+    if algorithm == "hierarchical" and _hierarchy(groups, topology) is None:
+        return (
+            "hierarchical needs groups spanning more than one network level, each a full product of inner "
+            "and outer positions of equal shape"
+        )
+    return None
+
+
+# The two caches below keep per-link byte totals (a few kB each for 256 devices): 2048 entries stay ~10s of MB.
+@functools.lru_cache(maxsize=2048)
+def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:
+    if algorithm == "double_tree":
+        return _double_tree(S, groups, topology, overhead_s)
+    if algorithm == "hierarchical":
+        return _hierarchical(S, groups, topology, overhead_s)
+    return _execute(algorithm, "", _flat_steps(op, algorithm, len(groups[0]), S), groups, topology, overhead_s)
+
+
+@functools.lru_cache(maxsize=2048)
+def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
+    """Fastest applicable algorithm (first listed wins ties) and the time of every applicable one."""
+    runs = [
+        _run(op, algorithm, S, groups, topology, overhead_s)
+        for algorithm in ALGORITHMS[op]
+        if _unavailable(op, algorithm, groups, topology) is None
+    ]
+    best = min(runs, key=lambda run: run.time_s)
+    return best, tuple((run.algorithm, run.time_s) for run in runs)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Public interface
+# --------------------------------------------------------------------------------------------------------------
+
+
+def algorithms(op: str) -> tuple[str, ...]:
+    """Algorithm names available for a collective (besides "auto")."""
+    if op not in ALGORITHMS:
+        raise CollectiveError(f"op: must be one of {', '.join(OPS)} (got {op!r})")
+    return ALGORITHMS[op]
+
+
+def _normalise_groups(groups, devices: int) -> tuple[tuple[int, ...], ...]:
+    groups = [groups] if len(groups) and np.ndim(groups[0]) == 0 else list(groups)
+    normal = tuple(tuple(int(d) for d in group) for group in groups)
+    if not normal or not normal[0]:
+        raise CollectiveError("groups: need at least one non-empty group of device ids")
+    p = len(normal[0])
+    for group in normal:
+        if len(group) != p:
+            raise CollectiveError(f"groups: all groups must have the same size (got {len(group)} and {p})")
+        if len(set(group)) != p:
+            raise CollectiveError(f"groups: a device appears twice in group {group}")
+        if min(group) < 0 or max(group) >= devices:
+            raise CollectiveError(f"groups: device ids must be in 0..{devices - 1} (got group {group})")
+    return normal
+
+
+def collective_time(
+    op: str,
+    bytes_per_rank: float,
+    groups,
+    topology,
+    algorithm: str = "auto",
+    step_overhead_s: float = 0.0,
+) -> CollectiveResult:
+    """Time a collective run by every group at once on a topology (paper §3.3.3 and eq. 4).
+
+    Args:
+        op: ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``all_to_all`` or ``send_recv``.
+        bytes_per_rank: per-rank input size, B (see the module docstring for what it means per op).
+        groups: device ids of each concurrent group (equal sizes, rank order), e.g. from
+            :func:`deepstack.models.network.device_groups`; a flat sequence of ids is one group.
+        topology: a :class:`~deepstack.models.network.NetworkTopology` or schema ``Network``.
+        algorithm: "auto" (the fastest applicable one) or one of :func:`algorithms` (op).
+        step_overhead_s: fixed software/synchronisation cost added to every step, s (default 0).
+
+    Returns:
+        The time, the algorithm used, per-step breakdown, busiest-link bytes and per-level utilisation.
+        Results are memoised on (op, bytes, groups, topology, algorithm, overhead); sub-results (every
+        algorithm's run, the hierarchical phases) are shared between calls.
+
+    Raises:
+        CollectiveError: unknown op or algorithm, an algorithm that does not apply, or malformed groups.
+    """
+    topology = as_topology(topology)
+    allowed = algorithms(op)
+    if algorithm != "auto" and algorithm not in allowed:
+        raise CollectiveError(f"algorithm for {op}: must be auto or one of {', '.join(allowed)} (got {algorithm!r})")
+    size = float(bytes_per_rank)
+    if not (math.isfinite(size) and size >= 0):
+        raise CollectiveError(f"bytes_per_rank: must be finite and ≥ 0 (got {bytes_per_rank!r})")
+    overhead = float(step_overhead_s)
+    if not (math.isfinite(overhead) and overhead >= 0):
+        raise CollectiveError(f"step_overhead_s: must be finite and ≥ 0 (got {step_overhead_s!r})")
+    return _collective(op, size, _normalise_groups(groups, topology.devices), topology, algorithm, overhead)
+
+
+@functools.lru_cache(maxsize=8192)
+def _collective(
+    op: str, S: float, groups: tuple, topology: NetworkTopology, algorithm: str, overhead_s: float
+) -> CollectiveResult:
+    if len(groups[0]) == 1 or S == 0:
+        name = "none" if algorithm == "auto" else algorithm
+        empty = tuple(np.zeros(n) for n in topology.level_links)
+        run = _Run(name, "no communication", (), empty)
+        return _result(op, S, groups, topology, run, (), overhead_s)
+    if algorithm == "auto":
+        run, candidates = _best(op, S, groups, topology, overhead_s)
+        return _result(op, S, groups, topology, run, candidates, overhead_s)
+    reason = _unavailable(op, algorithm, groups, topology)
+    if reason is not None:
+        usable = [name for name in ALGORITHMS[op] if _unavailable(op, name, groups, topology) is None]
+        raise CollectiveError(f"algorithm for {op}: {reason}; usable here: auto, {', '.join(usable)}")
+    run = _run(op, algorithm, S, groups, topology, overhead_s)
+    return _result(op, S, groups, topology, run, ((algorithm, run.time_s),), overhead_s)
+
+
+def _result(
+    op: str, S: float, groups: tuple, topology: NetworkTopology, run: _Run, candidates, overhead_s: float
+) -> CollectiveResult:
+    time = run.time_s
+    peak = max((float(links.max()) for links in run.link_totals if links.size), default=0.0)
+    return CollectiveResult(
+        op=op,
+        algorithm=run.algorithm,
+        detail=run.detail,
+        bytes_per_rank=S,
+        group_size=len(groups[0]),
+        num_groups=len(groups),
+        time_s=time,
+        latency_s=sum(s.count * s.latency_s for s in run.steps),
+        congestion_s=sum(s.count * s.congestion_s for s in run.steps),
+        overhead_s=overhead_s * sum(s.count for s in run.steps),
+        steps=run.steps,
+        max_link_bytes=peak,
+        level_utilization=level_loads(topology, run.link_totals, time),
+        candidates=tuple(candidates),
+    )
