@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from deepstack import catalog
-from deepstack.schema import load_file
+from deepstack.errors import InfeasibleError, UserInputError
+from deepstack.models.evaluate import DesignPoint
+from deepstack.models.evaluate import evaluate as run_evaluation
+from deepstack.schema import Scenario, Schedule, load_file, validate
 
 
 def _llm_row(m) -> dict[str, Any]:
@@ -89,3 +92,43 @@ def validate_file(path: str) -> dict[str, Any]:
     """Validate any schema file; returns its kind, name and normalised content."""
     obj = load_file(path)
     return {"valid": True, "kind": obj.kind, "name": getattr(obj, "name", None), "content": obj.model_dump(mode="json")}
+
+
+def build_scenario(model: str, phase: str, batch: int, input_len: int, output_len: int,
+                   precision: str | None) -> Scenario:
+    """A validated scenario from CLI-style arguments (field names match the flags)."""
+    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len, "output_len": output_len}
+    if precision:
+        data["precision"] = precision
+    return validate(Scenario, data, origin="scenario")
+
+
+def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: int = 1024, output_len: int = 1024,
+             precision: str | None = None, chip: str | None = None, noc: str | None = None,
+             system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
+             parallel: str | None = None) -> dict[str, Any]:
+    """Evaluate one design point and return the report of DESIGN.md §6 as plain data.
+
+    Raises ``UserInputError`` for bad input and for a request that cannot fit (memory), naming the field.
+    """
+    scenario = build_scenario(model, phase, batch, input_len, output_len, precision)
+    if system and (chip or noc):
+        raise UserInputError("--system replaces --chip and --noc; give one or the other")
+    if system:
+        machine = catalog.load("systems", system)
+        architecture, network = machine.architecture, machine.network
+    else:
+        architecture = catalog.load("chips", chip or "standard")
+        network = catalog.load("nocs", noc) if noc else None
+    schedule = Schedule.parse(parallel) if parallel else Schedule()
+    if network is not None and schedule.devices != network.devices:
+        raise UserInputError(
+            f"--parallel: the schedule uses {schedule.devices} devices but {network.name} has {network.devices}"
+        )
+    point = DesignPoint(chip=architecture, scenario=scenario, schedule=schedule, network=network,
+                        stacked_layers=stacked_layers, connected_layers=connected_layers)
+    report = run_evaluation(point)
+    memory = [v for v in report.violations if v.startswith("memory")]
+    if memory:
+        raise InfeasibleError(f"{memory[0]}; use more devices (--parallel) or a larger DRAM stack")
+    return report.as_dict()

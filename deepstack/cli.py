@@ -81,6 +81,36 @@ def validate(
         report.console.print(f"ok: {file} is a valid {result['kind']}{named}")
 
 
+@app.command()
+def evaluate(
+    model: Annotated[str, typer.Option(help="LLM preset or file, e.g. deepseek-v3.")] = "llama-3.2-1b",
+    chip: Annotated[str | None, typer.Option(help="Chip preset or file (Table 2), e.g. standard.")] = None,
+    noc: Annotated[str | None, typer.Option(help="NoC preset or file (Table 3), e.g. tms1.")] = None,
+    system: Annotated[str | None, typer.Option(help="A complete system preset, e.g. dgx-h100.")] = None,
+    phase: Annotated[str, typer.Option(help="prefill or decode.")] = "decode",
+    batch: Annotated[int, typer.Option(help="Requests served together.")] = 1,
+    input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
+    output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 1024,
+    precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ... (default: the model's).")] = None,
+    stacked_layers: Annotated[int | None, typer.Option(help="m: DRAM layers stacked on each device.")] = None,
+    connected_layers: Annotated[int | None, typer.Option(help="n ≤ m: layers with their own TSVs.")] = None,
+    parallel: Annotated[str | None, typer.Option(
+        help='Schedule, e.g. "tp=8,pp=4,dp=8" or "attn:tp=4,dp=64;moe:ep=32,tp=8".')] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Evaluate one design point: throughput, latency, energy, power, temperature, area, breakdown.
+
+    Example: deepstack evaluate --model llama-3.2-1b --chip standard --phase decode --batch 1
+    """
+    result = api.evaluate(model=model, chip=chip, noc=noc, system=system, phase=phase, batch=batch,
+                          input_len=input_len, output_len=output_len, precision=precision,
+                          stacked_layers=stacked_layers, connected_layers=connected_layers, parallel=parallel)
+    if json_out:
+        report.print_json(result)
+    else:
+        report.evaluation(result)
+
+
 def _fail(message: str) -> int:
     print(f"deepstack: error: {' '.join(message.split())}", file=sys.stderr)
     return 2

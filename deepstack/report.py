@@ -61,3 +61,45 @@ def key_values(title: str, data: dict[str, Any]) -> None:
     for key, value in data.items():
         out.add_row(key, fmt(value) if not isinstance(value, dict | list) else json.dumps(value))
     console.print(out)
+
+
+_METRIC_LABELS = {
+    "ttft_s": ("TTFT", "s"),
+    "utps": ("UTPS (per user)", "tokens/s"),
+    "stps": ("STPS (system)", "tokens/s"),
+    "tokens_per_joule": ("energy efficiency", "tokens/J"),
+    "power_w": ("power (all devices)", "W"),
+    "temperature_c": ("junction temperature", "°C"),
+    "frequency_ghz": ("clock after DVFS", "GHz"),
+    "area_mm2": ("silicon area", "mm²"),
+    "memory_gib": ("DRAM used per device", "GiB"),
+}
+
+
+def evaluation(result: dict[str, Any]) -> None:
+    """Readable summary of an evaluation report: verdict, metrics, hardware, and the operator breakdown."""
+    sc, hw = result["scenario"], result["hardware"]
+    verdict = "[green]feasible[/green]" if result["feasible"] else "[red]infeasible[/red]"
+    console.print(
+        f"[bold]{sc['model']}[/bold] {sc['phase']}, batch {sc['batch']}, {sc['input_len']}→{sc['output_len']} "
+        f"tokens, {sc['precision']} on {hw['devices']}× [bold]{hw['chip']}[/bold]"
+        + (f" over {hw['noc']}" if hw.get("noc") else "") + f" ({result['schedule']['text']}): {verdict}"
+    )
+    for violation in result["violations"]:
+        console.print(f"  [red]✗[/red] {violation}")
+    metrics = [{"metric": label, "value": result["metrics"][key], "unit": unit}
+               for key, (label, unit) in _METRIC_LABELS.items() if key in result["metrics"]]
+    table("metrics", metrics)
+    keys = ["pes_per_device", "stacked_layers", "connected_layers", "dram_bw_TBps", "dram_effective_bw_TBps",
+            "dram_capacity_GiB", "fp16_tflops_per_device"]
+    table("device", [{key: hw.get(key) for key in keys}])
+    b = result["breakdown"]
+    util = ", ".join(f"{k} {v:.0%}" for k, v in b["utilization"].items())
+    console.print(f"busiest device: {b['phase_time_s'] * 1e3:.3f} ms per forward pass; utilization {util}")
+    rows = sorted(b["operators"], key=lambda r: -r["time_s"])
+    table("operators (per forward pass, slowest first)", [
+        {"layer": r["layer"], "operator": r["name"], "×": r["count"], "time_ms": r["time_s"] * 1e3,
+         "share": f"{r['share']:.1%}", "bound": r["bound"], "compute": f"{r['compute_utilization']:.0%}",
+         "dram": f"{r['dram_utilization']:.0%}", "tiling": r["config"]}
+        for r in rows
+    ])

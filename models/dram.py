@@ -1,0 +1,115 @@
+"""3D-stacked DRAM and HBM bandwidth model (paper §2.3.1, §4.1.3, eq. 1 and 3; DESIGN.md §4).
+
+Derivation of the transaction-size curve. The vendor curve of the paper's Fig. 2 is not public, so it is
+derived from bank timing: a bank serves an s-byte transaction (s ≤ one row) in
+
+    t(s) = (tRCD + tRP) + s / bank_BW
+
+— the row must be activated and precharged around every transaction, and the data then streams at the bank's
+share of the TSV bandwidth (peak / banks). A transaction of s > row bytes opens ⌈s/row⌉ rows. Direct-attached
+banks therefore reach an efficiency of transfer / (transfer + overhead), highest for full-row transactions.
+With w-way interleaving, w banks share one channel and activate while another bank transfers, hiding the
+overhead up to w × transfer (efficiency min(1, w·transfer / (transfer + overhead))).
+
+On top of the curve: Little's law (eq. 1, 3) bounds bandwidth by in-flight bytes / access latency, and data
+fills L1 no faster than the PEs' L1 write bandwidth. At the bank level (§4.1.3 (iii), (iv)), each access of a
+memory wave is mapped to banks by address; the busiest bank sets the wave's service time. That one mechanism
+models both too few banks for small operators and layout-induced conflicts.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from deepstack.models.device import DramSpec
+
+
+def transaction_efficiency(dram: DramSpec, transaction_B: float) -> float:
+    """Fraction of peak bandwidth a stream of ``transaction_B``-byte transactions achieves (0 < e ≤ 1)."""
+    if transaction_B <= 0:
+        return 0.0
+    rows = math.ceil(transaction_B / dram.row_B)
+    channel_bw = dram.bank_bw_Bps * dram.interleave_ways  # direct: one bank per channel
+    transfer_s = transaction_B / channel_bw
+    overhead_s = rows * dram.row_overhead_s
+    return min(1.0, dram.interleave_ways * transfer_s / (transfer_s + overhead_s))
+
+
+def curve_bw_Bps(dram: DramSpec, transaction_B: float) -> float:
+    """Bandwidth–transaction-size curve (the paper's Fig. 2, derived from timing)."""
+    return dram.peak_bw_Bps * transaction_efficiency(dram, transaction_B)
+
+
+def little_bw_Bps(in_flight_B: float, latency_s: float) -> float:
+    """Little's law (eq. 1): sustained bandwidth ≤ bytes in flight / latency."""
+    return in_flight_B / latency_s
+
+
+def effective_bw_Bps(dram: DramSpec, transaction_B: float, in_flight_B: float, l1_fill_Bps: float) -> float:
+    """Eq. 3 with the transaction curve and the L1 fill bound: min(curve(s), buffer / latency, L1 fill)."""
+    return min(curve_bw_Bps(dram, transaction_B), little_bw_Bps(in_flight_B, dram.access_latency_s), l1_fill_Bps)
+
+
+def _chunk_counts(starts: np.ndarray, lengths: np.ndarray, row_B: int) -> np.ndarray:
+    return ((starts + lengths - 1) // row_B - starts // row_B + 1).astype(np.int64)
+
+
+def _row_chunks(starts: np.ndarray, lengths: np.ndarray, row_B: int,
+                counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split accesses [start, start+length) at row boundaries: (row index, bytes) of every chunk."""
+    first = np.repeat(starts // row_B, counts)
+    offset = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    rows = first + offset
+    chunk_start = np.maximum(rows * row_B, np.repeat(starts, counts))
+    chunk_end = np.minimum((rows + 1) * row_B, np.repeat(starts + lengths, counts))
+    return rows, chunk_end - chunk_start
+
+
+def bank_service_time_s(dram: DramSpec, starts, lengths, bank_offsets=None) -> tuple[float, int]:
+    """Service time of a set of concurrent accesses, and the number of banks they touch.
+
+    Rows are interleaved across banks (bank = row mod banks); a swizzled layout rotates each access's banks by
+    its offset (the compiler staggers concurrently streamed blocks so they start on different banks). Every
+    chunk costs its bank one activation + precharge plus its bytes at the channel bandwidth. With
+    w-way interleaving, the w banks of a channel (bank mod channels) overlap activations with each other's
+    transfers, but the channel carries one transfer at a time and a bank cannot overlap with itself.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    counts = _chunk_counts(starts, lengths, dram.row_B)
+    rows, chunk_bytes = _row_chunks(starts, lengths, dram.row_B, counts)
+    banks = rows % dram.banks
+    if bank_offsets is not None:
+        banks = (banks + np.repeat(np.asarray(bank_offsets, dtype=np.int64), counts)) % dram.banks
+    bytes_per_bank = np.bincount(banks, weights=chunk_bytes, minlength=dram.banks)
+    activations = np.bincount(banks, minlength=dram.banks)
+    ways = dram.interleave_ways
+    channel_bw = dram.bank_bw_Bps * ways
+    per_bank = bytes_per_bank / channel_bw + activations * dram.row_overhead_s
+    busy = per_bank
+    if ways > 1:
+        channels = dram.banks // ways
+        transfers = np.bincount(np.arange(dram.banks) % channels, weights=bytes_per_bank / channel_bw)
+        busy = np.maximum(per_bank.max(), transfers.max())
+    return float(np.max(busy)), int((bytes_per_bank > 0).sum())
+
+
+@functools.lru_cache(maxsize=65536)
+def stream_time_s(dram: DramSpec, total_B: float, segment_B: float) -> float:
+    """Time to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions
+    spread round-robin over the banks (the best case of a well-laid-out tensor)."""
+    if total_B <= 0:
+        return 0.0
+    segment = max(1.0, min(segment_B, total_B))
+    transactions = math.ceil(total_B / segment)
+    per_bank = math.ceil(transactions / dram.banks)
+    rows_per_transaction = math.ceil(segment / dram.row_B)
+    bank_bw = dram.bank_bw_Bps
+    bytes_per_bank = min(per_bank * segment, total_B)
+    busy = bytes_per_bank / bank_bw + per_bank * rows_per_transaction * dram.row_overhead_s
+    if dram.interleave_ways > 1:
+        busy = max(bytes_per_bank / bank_bw, busy / dram.interleave_ways)
+    return max(busy, total_B / dram.peak_bw_Bps)

@@ -1,0 +1,364 @@
+"""Operator tuner (paper §3.3.2, §4.1.3): tile shapes, pipeline stages, split-K, rasterisation and epilogue
+fusion are searched per operator; each candidate is timed wave by wave.
+
+Per wave the time is the largest of matrix/vector/SFU compute, L1, L2 and DRAM time (software pipelining
+overlaps them); DRAM time comes from the bank model (transaction sizes, bank parallelism, conflicts), bounded by
+Little's law on the bytes the pipeline stages keep in flight and by the PEs' L1 fill bandwidth. The first wave
+also pays the DRAM access latency (pipeline fill). Results record the resource that bound them.
+
+Every timing is split into a part that scales with the core clock (compute, L1, L2) and one that does not
+(DRAM), so DVFS can re-time an operator without re-tuning it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepstack.models import dram as dram_model
+from deepstack.models.device import DeviceSpec
+from deepstack.models.workload import KV_PAGE_TOKENS, Attention, Gemm, Vector
+
+MAX_TILE = 256  # largest tile edge searched (elements)
+STAGES = (2, 3, 4)  # software-pipeline depths searched
+SPLIT_K = (1, 2, 4, 8, 16)
+ACCUMULATOR_BYTES = 4.0  # FP32 accumulation
+ACCUMULATOR_SHARE_OF_L0 = 0.5  # registers left for accumulators after operands and addresses (inferred)
+L2_RESIDENT_SHARE = 0.5  # a tensor stays in L2 between operators if it fits in half of it (inferred)
+ATTENTION_KV_BLOCK = 64  # keys per pipeline stage in flash attention / flash decoding (FlashAttention-2 default)
+WAVE_BOUNDS = ("matrix", "vector", "sfu", "l1", "l2", "dram")
+
+
+@dataclass(frozen=True)
+class WaveTiming:
+    """One kind of wave: how many there are and their clock-scaled / fixed times."""
+
+    count: int
+    clocked_s: float  # compute, L1, L2 at nominal clock
+    fixed_s: float  # DRAM
+    bound: str
+
+
+@dataclass(frozen=True)
+class OpTiming:
+    """Timing and traffic of one operator on one device (nominal clock)."""
+
+    name: str
+    kind: str
+    time_s: float
+    bound: str
+    matrix_flops: float
+    vector_flops: float
+    sfu_ops: float
+    dram_B: float
+    l2_B: float
+    l1_B: float
+    waves: int
+    config: str
+    wave_timings: tuple[WaveTiming, ...]
+    prologue_s: float
+
+    def time_at(self, clock_scale: float) -> float:
+        """Time at ``clock_scale`` × the nominal clock (DRAM time does not scale)."""
+        return self.prologue_s + sum(w.count * max(w.clocked_s / clock_scale, w.fixed_s) for w in self.wave_timings)
+
+    @property
+    def wave_compute_s(self) -> float:
+        """τ_comp of eq. 5: the compute part of a full wave."""
+        return max((w.clocked_s for w in self.wave_timings), default=0.0)
+
+
+def _pow2_range(low: int, high: int) -> list[int]:
+    out, value = [], low
+    while value <= high:
+        out.append(value)
+        value *= 2
+    return out or [low]
+
+
+def _edge_candidates(minimum: int, extent: int) -> list[int]:
+    """Tile edges: multiples of the minimum tile, powers of two, up to the extent (rounded up) or MAX_TILE."""
+    top = max(minimum, min(MAX_TILE, 1 << max(0, math.ceil(math.log2(max(extent, 1))))))
+    return _pow2_range(minimum, top)
+
+
+def _bound(parts: dict[str, float]) -> str:
+    return max(parts, key=parts.get)
+
+
+@functools.lru_cache(maxsize=262144)
+def _weight_window_time_s(dram: dram_model.DramSpec, blocks: int, block_stride_B: int, window_B: int,
+                          swizzle: bool) -> tuple[float, int]:
+    """Bank service time of ``blocks`` concurrent streams, each reading ``window_B`` contiguous bytes, their
+    starts ``block_stride_B`` apart (the tiled layout of a weight's column blocks)."""
+    starts = np.arange(blocks, dtype=np.int64) * block_stride_B
+    lengths = np.full(blocks, window_B, dtype=np.int64)
+    # swizzle: stagger block j by j windows' worth of rows so concurrent streams start on different banks
+    offsets = np.arange(blocks, dtype=np.int64) * math.ceil(window_B / dram.row_B) if swizzle else None
+    return dram_model.bank_service_time_s(dram, starts, lengths, offsets)
+
+
+def _dram_time_s(dev: DeviceSpec, bytes_B: float, in_flight_B: float, active_pes: int, bank_s: float) -> float:
+    """DRAM time of a wave: the bank-level service time, bounded by peak, Little's law and L1 fill."""
+    if bytes_B <= 0:
+        return 0.0
+    little = dram_model.little_bw_Bps(max(in_flight_B, 1.0), dev.dram.access_latency_s)
+    l1_fill = active_pes * dev.l1_bw_B_per_cycle * dev.clock_Hz
+    return max(bank_s, bytes_B / min(dev.dram.peak_bw_Bps, little, l1_fill))
+
+
+def _resident(dev: DeviceSpec, bytes_B: float) -> bool:
+    return bytes_B <= dev.l2_B * L2_RESIDENT_SHARE
+
+
+@functools.lru_cache(maxsize=65536)
+def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
+    """Best tiling of a GEMM on ``dev`` (``swizzle=False`` forces the unswizzled layout, for studies/tests)."""
+    mt, nt, kt = dev.min_tile
+    best = None
+    a_total = g.groups * g.m * g.k * g.a_bytes
+    c_total = g.groups * g.m * g.n * g.c_bytes
+    b_total = g.groups * g.k * g.n * g.b_bytes
+    a_resident = _resident(dev, a_total)
+    c_resident = _resident(dev, c_total)
+    b_resident = (not g.weight) and _resident(dev, b_total)
+    acc_limit = dev.l0_B * ACCUMULATOR_SHARE_OF_L0
+    for tm in _edge_candidates(mt, g.m):
+        for tn in _edge_candidates(nt, g.n):
+            if tm * tn * ACCUMULATOR_BYTES > acc_limit and not (tm == mt and tn == nt):
+                continue
+            base_tiles = g.groups * math.ceil(g.m / tm) * math.ceil(g.n / tn)
+            for split in SPLIT_K:
+                if split > 1 and (base_tiles * split > 4 * dev.pes or g.k / split < kt * 2):
+                    continue
+                k_len = math.ceil(g.k / split)
+                for tk in _edge_candidates(kt, min(k_len, 128)):
+                    stage_B = tm * tk * g.a_bytes + tk * tn * g.b_bytes
+                    for stages in STAGES:
+                        if stages * stage_B > dev.l1_B:
+                            continue
+                        for raster in ("row", "grouped"):
+                            cand = _time_gemm(g, dev, tm, tn, tk, stages, split, raster, swizzle, a_resident,
+                                              b_resident, c_resident)
+                            if best is None or cand.time_s < best.time_s:
+                                best = cand
+                            if math.ceil(g.m / tm) == 1:
+                                break  # one row of tiles: rasterisation cannot matter
+    return best
+
+
+def _operand_reads(tm: int, tn: int, mt: int, nt: int, wgmma: bool) -> tuple[int, int]:
+    """How many times each A and B byte is read from L1 by the PE's four matrix units."""
+    if wgmma:
+        return 1, 1
+    if tm < 2 * mt:
+        return 4, 1
+    if tn < 2 * nt:
+        return 1, 4
+    return 2, 2
+
+
+def _gemm_wave_blocks(tiles: int, row_blocks: int, col_blocks: int, groups: int, raster: str) -> tuple[int, int]:
+    """Distinct A row-blocks and B column-blocks touched by a wave of ``tiles`` consecutive tiles."""
+    per_group = row_blocks * col_blocks
+    if raster == "grouped" and row_blocks > 1:
+        side = max(1, round(math.sqrt(tiles)))
+        rows = min(row_blocks, side)
+        cols = min(col_blocks, math.ceil(tiles / rows))
+    else:
+        cols = min(col_blocks, tiles)
+        rows = min(row_blocks, math.ceil(tiles / col_blocks))
+    spans = max(1, math.ceil(tiles / per_group))
+    return rows * spans if spans > 1 else rows, cols * min(groups, spans)
+
+
+def _time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int, split: int, raster: str,
+               swizzle: bool, a_resident: bool, b_resident: bool, c_resident: bool) -> OpTiming:
+    mt, nt, kt = dev.min_tile
+    k_len = math.ceil(g.k / split)
+    row_blocks, col_blocks = math.ceil(g.m / tm), math.ceil(g.n / tn) * split
+    tiles = g.groups * row_blocks * col_blocks
+    clock = dev.clock_Hz
+    # per tile: padded matrix work in minimum tiles, then the fused epilogue (and split-K partial sums)
+    mma_cycles = (math.ceil(tm / mt) * math.ceil(tn / nt) * math.ceil(k_len / kt) * 2 * mt * nt * kt
+                  / dev.matrix_flops_per_cycle)
+    epi_vector = tm * tn * (g.epilogue_vector_flops + (1 if split > 1 else 0))
+    epi_cycles = epi_vector / dev.vector_flops_per_cycle + tm * tn * g.epilogue_sfu_ops / dev.sfu_ops_per_cycle
+    tile_operand_B = k_len * (tm * g.a_bytes + tn * g.b_bytes)
+    # L1 is filled once per operand byte; reads into the matrix units depend on operand sharing: with WGMMA the
+    # four units share both operands; otherwise they split the tile 2×2 (each operand read twice) or, when the
+    # tile is one minimum tile tall/wide, 4 ways along the other edge (that edge's operand read four times)
+    reads_a, reads_b = _operand_reads(tm, tn, mt, nt, dev.wgmma)
+    l1_fill_B = tile_operand_B
+    l1_read_B = k_len * (tm * g.a_bytes * reads_a + tn * g.b_bytes * reads_b)
+    l1_tile_B = l1_fill_B + l1_read_B
+    l2_tile_B = tile_operand_B + tm * tn * (g.c_bytes + g.epilogue_read_bytes)
+    waves = math.ceil(tiles / dev.pes)
+    kinds = [(waves - 1, dev.pes), (1, tiles - (waves - 1) * dev.pes)] if waves > 1 else [(1, tiles)]
+    wave_timings = []
+    dram_total = 0.0
+    window_steps = stages - 1
+    k_steps = math.ceil(k_len / tk)
+    for count, active in kinds:
+        if count <= 0 or active <= 0:
+            continue
+        rows, cols = _gemm_wave_blocks(active, row_blocks, col_blocks, g.groups, raster)
+        b_B = 0.0 if b_resident else cols * k_len * tn * g.b_bytes
+        a_B = 0.0 if a_resident else rows * tm * k_len * g.a_bytes
+        c_B = 0.0 if c_resident else active * tm * tn * g.c_bytes
+        wave_B = a_B + b_B + c_B
+        bank_s = 0.0
+        if b_B > 0:
+            window = int(min(window_steps, k_steps) * tk * tn * g.b_bytes)
+            window_s, _ = _weight_window_time_s(dev.dram, cols, int(k_len * tn * g.b_bytes), window, swizzle)
+            bank_s = window_s * math.ceil(k_steps / window_steps)
+        if a_B + c_B > 0:
+            bank_s += dram_model.stream_time_s(dev.dram, a_B + c_B, min(g.k * g.a_bytes, dev.dram.row_B))
+        in_flight = active * window_steps * ((0 if b_resident else tk * tn * g.b_bytes)
+                                             + (0 if a_resident else tm * tk * g.a_bytes))
+        dram_s = _dram_time_s(dev, wave_B, in_flight, active, bank_s)
+        parts = {
+            "matrix": mma_cycles / clock,
+            "vector": epi_vector / dev.vector_flops_per_cycle / clock,
+            "l1": max(l1_fill_B, l1_read_B) / dev.l1_bw_B_per_cycle / clock,
+            "l2": active * l2_tile_B / dev.l2_bw_Bps,
+        }
+        compute_s = (mma_cycles + epi_cycles) / clock
+        clocked = max(compute_s, parts["l1"], parts["l2"])
+        parts["matrix"] = compute_s
+        parts["dram"] = dram_s
+        wave_timings.append(WaveTiming(count, clocked, dram_s, _bound(parts)))
+        dram_total += count * wave_B
+    prologue = dev.dram.access_latency_s if dram_total > 0 else 0.0
+    time_s = prologue + sum(w.count * max(w.clocked_s, w.fixed_s) for w in wave_timings)
+    bound = max(wave_timings, key=lambda w: w.count * max(w.clocked_s, w.fixed_s)).bound
+    return OpTiming(
+        name=g.name, kind="gemm", time_s=time_s, bound=bound, matrix_flops=g.flops,
+        vector_flops=g.groups * g.m * g.n * g.epilogue_vector_flops, sfu_ops=g.groups * g.m * g.n * g.epilogue_sfu_ops,
+        dram_B=dram_total, l2_B=tiles * l2_tile_B, l1_B=tiles * l1_tile_B, waves=waves,
+        config=f"tile {tm}x{tn}x{tk}, {stages} stages, split-K {split}, {raster} raster"
+               + ("" if swizzle else ", unswizzled"),
+        wave_timings=tuple(wave_timings), prologue_s=prologue,
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
+    """Flash attention (prefill) or flash decoding with split-KV (decode). Tiles cover requests × KV groups ×
+    blocks of the group's query heads × query blocks (× KV splits); tiles sharing a KV stream are scheduled
+    together so the stream is read from DRAM once when the wave's streams fit in L2."""
+    best = None
+    q_blocks = (64, 128) if op.q_len > 1 else (1,)
+    max_split = max(1, op.kv_len // ATTENTION_KV_BLOCK)
+    splits = [s for s in SPLIT_K if s <= max_split] if op.q_len == 1 else [1]
+    for head_block in _pow2_range(1, op.q_per_group):
+        for bq in q_blocks:
+            for split in splits:
+                for stages in STAGES:
+                    cand = _time_attention(op, dev, head_block, bq, split, stages)
+                    if cand is not None and (best is None or cand.time_s < best.time_s):
+                        best = cand
+    if best is None:
+        raise ValueError(f"{op.name}: no attention tiling fits in L1 ({dev.l1_B / 1024:g} KiB)")
+    return best
+
+
+def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, split: int,
+                    stages: int) -> OpTiming | None:
+    mt, nt, kt = dev.min_tile
+    clock = dev.clock_Hz
+    head_block = min(head_block, op.q_per_group)
+    rows = head_block * min(bq, op.q_len)  # query rows of one tile, all sharing its KV stream
+    if stages * ATTENTION_KV_BLOCK * op.kv_token_bytes + rows * (op.qk_dim + op.v_dim) * op.act_bytes > dev.l1_B:
+        return None
+    head_blocks = math.ceil(op.q_per_group / head_block)
+    q_tiles = math.ceil(op.q_len / bq)
+    tiles = op.requests * op.kv_groups * split * head_blocks * q_tiles
+    sharing = head_blocks * q_tiles  # tiles reading the same KV stream
+    if op.q_len > 1:
+        keys = op.scores / max(op.requests * op.kv_groups * op.q_per_group * op.q_len, 1)  # mean keys per query
+    else:
+        keys = math.ceil(op.kv_len / split)
+    qk_cycles = (math.ceil(rows / mt) * math.ceil(keys / nt) * math.ceil(op.qk_dim / kt) * 2 * mt * nt * kt
+                 / dev.matrix_flops_per_cycle)
+    pv_cycles = (math.ceil(rows / mt) * math.ceil(op.v_dim / nt) * math.ceil(keys / kt) * 2 * mt * nt * kt
+                 / dev.matrix_flops_per_cycle)
+    scores = rows * keys
+    vector = scores * 4 + (rows * op.v_dim * 3 if split > 1 else 0)  # online softmax; split-KV merge
+    tile_cycles = qk_cycles + pv_cycles + vector / dev.vector_flops_per_cycle + scores / dev.sfu_ops_per_cycle
+    kv_tile_B = keys * op.kv_token_bytes
+    qo_tile_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
+    waves = math.ceil(tiles / dev.pes)
+    kinds = [(waves - 1, dev.pes), (1, tiles - (waves - 1) * dev.pes)] if waves > 1 else [(1, tiles)]
+    page_B = min(dev.dram.row_B, KV_PAGE_TOKENS * op.kv_token_bytes)
+    wave_timings, dram_total = [], 0.0
+    for count, active in kinds:
+        if count <= 0 or active <= 0:
+            continue
+        streams = math.ceil(active / sharing)
+        unique_kv_B = streams * op.kv_len / split * op.kv_token_bytes if op.q_len == 1 else (
+            streams * op.kv_len * op.kv_token_bytes)
+        kv_B = unique_kv_B if _resident(dev, unique_kv_B) else active * kv_tile_B
+        wave_B = kv_B + (active * qo_tile_B if op.q_len > 1 else 0.0)
+        in_flight = min(active, streams * (1 if _resident(dev, unique_kv_B) else sharing)) * (stages - 1) * (
+            ATTENTION_KV_BLOCK * op.kv_token_bytes)
+        bank_s = dram_model.stream_time_s(dev.dram, wave_B, page_B)
+        dram_s = _dram_time_s(dev, wave_B, in_flight, active, bank_s)
+        l1_s = (kv_tile_B + qo_tile_B) / dev.l1_bw_B_per_cycle / clock  # fill and read ports work in parallel
+        l2_s = active * (kv_tile_B + qo_tile_B) / dev.l2_bw_Bps
+        compute_s = tile_cycles / clock
+        parts = {"matrix": (qk_cycles + pv_cycles) / clock, "vector": vector / dev.vector_flops_per_cycle / clock,
+                 "sfu": scores / dev.sfu_ops_per_cycle / clock, "l1": l1_s, "l2": l2_s, "dram": dram_s}
+        wave_timings.append(WaveTiming(count, max(compute_s, l1_s, l2_s), dram_s, _bound(parts)))
+        dram_total += count * wave_B
+    prologue = dev.dram.access_latency_s
+    time_s = prologue + sum(w.count * max(w.clocked_s, w.fixed_s) for w in wave_timings)
+    bound = max(wave_timings, key=lambda w: w.count * max(w.clocked_s, w.fixed_s)).bound
+    layout = f"{head_block} heads/tile, " + (f"q-block {bq}, " if op.q_len > 1 else f"split-KV {split}, ")
+    return OpTiming(
+        name=op.name, kind="attention", time_s=time_s, bound=bound, matrix_flops=op.flops,
+        vector_flops=op.scores * 4, sfu_ops=op.scores, dram_B=dram_total,
+        l2_B=tiles * (kv_tile_B + qo_tile_B), l1_B=tiles * (2 * kv_tile_B + qo_tile_B), waves=waves,
+        config=layout + f"{stages} stages", wave_timings=tuple(wave_timings), prologue_s=prologue,
+    )
+
+
+@functools.lru_cache(maxsize=65536)
+def time_vector(op: Vector, dev: DeviceSpec) -> OpTiming:
+    """Element-wise operator: vector/SFU throughput against L2 (resident tensors) or a DRAM stream."""
+    clock = dev.clock_Hz
+    total_B = op.read_bytes + op.write_bytes
+    vector_s = op.elements * op.vector_flops / dev.peak_vector_flops
+    sfu_s = op.elements * op.sfu_ops / dev.peak_sfu_ops
+    l2_s = total_B / dev.l2_bw_Bps
+    if _resident(dev, total_B):
+        dram_B, dram_s = 0.0, 0.0
+    else:
+        dram_B = total_B
+        segment = op.segment_bytes or dev.dram.row_B
+        bank_s = dram_model.stream_time_s(dev.dram, total_B, segment)
+        dram_s = _dram_time_s(dev, total_B, dev.pes * dev.l1_B / 2, dev.pes, bank_s)
+    parts = {"vector": vector_s, "sfu": sfu_s, "l2": l2_s, "dram": dram_s}
+    waves = max(1, math.ceil(op.elements / (dev.pes * dev.vector_flops_per_cycle)))
+    prologue = dev.dram.access_latency_s if dram_B else 0.0
+    timing = WaveTiming(1, max(vector_s, sfu_s, l2_s), dram_s, _bound(parts))
+    del clock
+    return OpTiming(
+        name=op.name, kind="vector", time_s=prologue + max(timing.clocked_s, timing.fixed_s), bound=timing.bound,
+        matrix_flops=0.0, vector_flops=op.elements * op.vector_flops, sfu_ops=op.elements * op.sfu_ops,
+        dram_B=dram_B, l2_B=total_B, l1_B=total_B, waves=waves, config="stream", wave_timings=(timing,),
+        prologue_s=prologue,
+    )
+
+
+def time_op(op, dev: DeviceSpec) -> OpTiming:
+    if isinstance(op, Gemm):
+        return tune_gemm(op, dev)
+    if isinstance(op, Attention):
+        return tune_attention(op, dev)
+    if isinstance(op, Vector):
+        return time_vector(op, dev)
+    raise TypeError(f"unknown operator {op!r}")

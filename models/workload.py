@@ -1,0 +1,309 @@
+"""Per-device workload graph of one transformer forward pass (prefill or one decode step).
+
+Shapes are those one device sees under a schedule (paper §3.3.1): TP splits heads and FFN/expert intermediates,
+EP splits routed experts (acting as DP for attention and dense layers), SP and CP split the tokens of the
+linear layers, CP also splits the KV cache, DP splits requests, PP splits layers. Collectives are added by the
+distributed model; this module lists compute operators only.
+
+MoE load: routing is assumed uniform in expectation (DeepSeek-V3's auxiliary-loss-free balancing targets it).
+The busiest device of an EP group then receives, by the balls-into-bins bound of Raab & Steger (RANDOM 1998),
+mean + sqrt(2·mean·ln(ep)) routed tokens; ``moe_load_imbalance`` is that ratio to the mean. The number of
+distinct experts a step touches is E·(1 − (1 − k/E)^T) (each token picks k distinct experts of E).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from deepstack.schema import LLM, Scenario
+from deepstack.schema.schedule import ModuleParallel
+
+KV_PAGE_TOKENS = 16  # vLLM's default KV-cache block size: pages of 16 tokens set the DRAM transaction size
+RMSNORM_FLOPS_PER_ELEMENT = 4  # square, accumulate, scale by rsqrt, scale by weight
+ROPE_FLOPS_PER_ELEMENT = 3  # two multiplies and an add per rotated element (sin/cos precomputed)
+SILU_MUL_FLOPS_PER_ELEMENT = 4  # x·sigmoid(x) needs add + div + mul, then · up
+SOFTMAX_FLOPS_PER_ELEMENT = 4  # max, subtract, sum, scale (exp on the SFU)
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """C[m×n] = A[m×k] · B[k×n], ``groups`` independent instances (experts, heads). B is a weight when
+    ``weight`` is set (read from DRAM), otherwise an activation."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    groups: int = 1
+    a_bytes: float = 2.0
+    b_bytes: float = 2.0
+    c_bytes: float = 2.0
+    weight: bool = True
+    epilogue_vector_flops: float = 0.0  # per output element (bias, activation, residual), fusable
+    epilogue_sfu_ops: float = 0.0
+    epilogue_read_bytes: float = 0.0  # per output element (e.g. the residual)
+    count: int = 1
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k * self.groups
+
+
+@dataclass(frozen=True)
+class Attention:
+    """Attention core. ``kv_groups`` groups of ``q_per_group`` query heads each share one K/V stream.
+    ``kv_token_bytes`` is what one token of one group occupies in the cache (MLA: the latent)."""
+
+    name: str
+    phase: str
+    requests: int
+    q_len: int  # query tokens per request (1 in decode)
+    kv_len: int  # cached tokens per request visible on this device
+    q_per_group: int
+    kv_groups: int
+    qk_dim: int
+    v_dim: int
+    kv_token_bytes: float
+    act_bytes: float = 2.0
+    causal: bool = True
+    count: int = 1
+
+    @property
+    def scores(self) -> float:
+        """Query–key pairs evaluated (causal prefill sees half the square on average)."""
+        pairs = self.q_len * self.kv_len
+        if self.causal and self.q_len > 1:
+            pairs = self.q_len * (self.kv_len - self.q_len) + self.q_len * (self.q_len + 1) / 2
+        return self.requests * self.kv_groups * self.q_per_group * pairs
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.scores * (self.qk_dim + self.v_dim)
+
+
+@dataclass(frozen=True)
+class Vector:
+    """Element-wise / reduction operator on the vector and SFU units."""
+
+    name: str
+    elements: float
+    read_bytes: float
+    write_bytes: float
+    vector_flops: float = 0.0  # per element
+    sfu_ops: float = 0.0  # per element
+    segment_bytes: float = 0.0  # contiguous bytes per access (0: one contiguous stream)
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Choice:
+    """Alternative implementations of one step; the evaluator times each and keeps the fastest."""
+
+    name: str
+    options: tuple[tuple[str, tuple], ...]  # (label, ops)
+    count: int = 1
+
+
+Op = Gemm | Attention | Vector | Choice
+
+
+@dataclass(frozen=True)
+class DeviceShare:
+    """What one device computes: tokens of its linear layers, requests and context of its attention."""
+
+    tokens: int  # tokens through the linear layers per forward
+    requests: int  # requests whose attention this device computes
+    q_len: int
+    kv_len: int  # context visible per request on this device (after CP)
+    layers: int  # layers of this pipeline stage
+    dense_layers: int
+    moe_layers: int
+    first_stage: bool
+    last_stage: bool
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: int, stage: int = 0,
+                 context_len: int | None = None) -> DeviceShare:
+    """Split the scenario over one device. In decode every request contributes one token and sees
+    ``context_len`` cached tokens (default: the mean over the generation, input + output/2)."""
+    replicas = attention.dp * attention.ep
+    requests = ceil_div(scenario.batch, replicas)
+    if scenario.phase == "decode":
+        q_len = 1
+        kv = context_len if context_len is not None else scenario.input_len + scenario.output_len // 2
+        tokens = ceil_div(requests, attention.sp * attention.cp)
+    else:
+        q_len = scenario.input_len
+        kv = scenario.input_len
+        tokens = ceil_div(requests * scenario.input_len, attention.sp * attention.cp)
+    kv_local = ceil_div(kv, attention.cp)
+    per_stage = ceil_div(model.layers, pp)
+    first = stage * per_stage
+    last = min(model.layers, first + per_stage)
+    dense = max(0, min(last, model.dense_layers) - first)
+    return DeviceShare(tokens=max(tokens, 1), requests=requests, q_len=q_len, kv_len=kv_local, layers=last - first,
+                       dense_layers=dense, moe_layers=(last - first) - dense, first_stage=stage == 0,
+                       last_stage=stage == pp - 1)
+
+
+def moe_load_imbalance(mean_tokens: float, ep: int) -> float:
+    """Busiest / mean device load of an EP group under uniform routing (Raab & Steger balls-into-bins)."""
+    if ep <= 1 or mean_tokens <= 0:
+        return 1.0
+    return 1.0 + math.sqrt(2.0 * math.log(ep) / mean_tokens)
+
+
+def expected_active_experts(experts: int, top_k: int, tokens: float) -> float:
+    """Expected distinct experts hit by ``tokens`` tokens each routing to ``top_k`` distinct experts."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float, w: float,
+                   kv: float) -> list[Op]:
+    """Projections and core of one attention block (per layer)."""
+    att = model.attention
+    d = model.hidden
+    t = share.tokens
+    hq = max(1, att.heads // tp)
+    ops: list[Op] = [Vector("attn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
+    if att.kind != "mla":
+        hkv = max(1, att.kv_heads // tp)
+        hd = att.head_dim
+        ops.append(Gemm("qkv_proj", t, (hq + 2 * hkv) * hd, d, a_bytes=a, b_bytes=w, c_bytes=a))
+        norm = RMSNORM_FLOPS_PER_ELEMENT if att.qk_norm else 0
+        ops.append(Vector("rope", t * (hq + hkv) * hd, t * (hq + hkv) * hd * a, t * (hq + 2 * hkv) * hd * kv,
+                          ROPE_FLOPS_PER_ELEMENT + norm))
+        ops.append(Attention("attention", phase, share.requests, share.q_len, share.kv_len, hq // hkv, hkv, hd, hd,
+                             2 * hd * kv, act_bytes=a))
+        ops.append(Gemm("o_proj", t, d, hq * hd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
+                        epilogue_read_bytes=a))
+        return ops
+    # MLA (DeepSeek-V3): low-rank query and a compressed KV latent; the latent is cached (kv_lora + rope dims)
+    q_rank, c_rank = att.q_lora_rank, att.kv_lora_rank
+    nope, rope, vd = att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim
+    if q_rank:
+        ops.append(Gemm("q_a_proj", t, q_rank, d, a_bytes=a, b_bytes=w, c_bytes=a))
+        ops.append(Vector("q_a_norm", t * q_rank, t * q_rank * a, t * q_rank * a, RMSNORM_FLOPS_PER_ELEMENT))
+        ops.append(Gemm("q_b_proj", t, hq * (nope + rope), q_rank, a_bytes=a, b_bytes=w, c_bytes=a))
+    else:
+        ops.append(Gemm("q_proj", t, hq * (nope + rope), d, a_bytes=a, b_bytes=w, c_bytes=a))
+    ops.append(Gemm("kv_a_proj", t, c_rank + rope, d, a_bytes=a, b_bytes=w, c_bytes=a))
+    ops.append(Vector("kv_a_norm_rope", t * (c_rank + rope), t * (c_rank + rope) * a, t * (c_rank + rope) * kv,
+                      RMSNORM_FLOPS_PER_ELEMENT + ROPE_FLOPS_PER_ELEMENT))
+    latent_bytes = (c_rank + rope) * kv
+    ops.extend(_mla_core(share, phase, hq, c_rank, nope, rope, vd, a, w, latent_bytes))
+    ops.append(Gemm("o_proj", t, d, hq * vd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
+                    epilogue_read_bytes=a))
+    return ops
+
+
+def _mla_core(share: DeviceShare, phase: str, hq: int, c_rank: int, nope: int, rope: int, vd: int, a: float,
+              w: float, latent_bytes: float) -> list[Op]:
+    """MLA attention in the absorbed and the non-absorbed form; the evaluator times both and keeps the faster.
+
+    Absorbed: fold W_UK into the query and W_UV after the output, attend over the latent (MQA-like, one KV
+    stream shared by all heads). Non-absorbed: decompress every cached token into per-head K and V (kv_b_proj)
+    and run ordinary MHA — cheap when the context is only the new tokens (prefill), costly in decode.
+    """
+    t, r = share.tokens, share.requests
+    absorbed: list[Op] = [
+        Gemm("q_absorb", t, c_rank, nope, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
+        Attention("attention_mla_absorbed", phase, r, share.q_len, share.kv_len, hq, 1, c_rank + rope, c_rank,
+                  latent_bytes, act_bytes=a),
+        Gemm("v_unabsorb", t, vd, c_rank, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
+    ]
+    kv_tokens = r * share.kv_len
+    plain: list[Op] = [
+        Gemm("kv_b_proj", kv_tokens, hq * (nope + vd), c_rank, a_bytes=latent_bytes / (c_rank + rope), b_bytes=w,
+             c_bytes=a),
+        Attention("attention_mla_plain", phase, r, share.q_len, share.kv_len, 1, hq, nope + rope, vd,
+                  (nope + rope + vd) * a, act_bytes=a),
+    ]
+
+    return [Choice("mla_core", (("absorbed", tuple(absorbed)), ("non-absorbed", tuple(plain))))]
+
+
+def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: float, moe: bool) -> list[Op]:
+    d = model.hidden
+    t = share.tokens
+    tp = ffn.tp
+    ops: list[Op] = [Vector("ffn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
+    if not moe:
+        inter = ceil_div(model.dense_intermediate, tp)
+        ops.append(Gemm("gate_up_proj", t, 2 * inter, d, a_bytes=a, b_bytes=w, c_bytes=a,
+                        epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
+        ops.append(Gemm("down_proj", t, d, inter, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
+                        epilogue_read_bytes=a))
+        return ops
+    m = model.moe
+    experts = m.routed_experts
+    ops.append(Gemm("router", t, experts, d, a_bytes=a, b_bytes=w, c_bytes=4.0))
+    ops.append(Vector("topk_gate", t * experts, t * experts * 4.0, t * m.top_k * 8.0,
+                      math.log2(max(m.top_k, 2)) + 2, 1.0))
+    ep = ffn.ep
+    local_experts = max(1, experts // ep)
+    # tokens of the whole EP group are routed; each device receives their slots for its local experts
+    group_tokens = t * ep
+    mean_slots = group_tokens * m.top_k / ep
+    slots = math.ceil(mean_slots * moe_load_imbalance(mean_slots, ep))
+    active = max(1.0, expected_active_experts(experts, m.top_k, group_tokens) * local_experts / experts)
+    groups = max(1, min(local_experts, round(active)))
+    per_expert = max(1, math.ceil(slots / groups))
+    inter = ceil_div(m.expert_intermediate, tp)
+    ops.append(Vector("moe_dispatch", slots * d, t * d * a, slots * d * a, 0.0))
+    ops.append(Gemm("expert_gate_up", per_expert, 2 * inter, d, groups=groups, a_bytes=a, b_bytes=w, c_bytes=a,
+                    epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
+    ops.append(Gemm("expert_down", per_expert, d, inter, groups=groups, a_bytes=a, b_bytes=w, c_bytes=a))
+    ops.append(Vector("moe_combine", t * m.top_k * d, slots * d * a, t * d * a, 2.0))
+    if m.shared_experts:
+        shared = ceil_div(m.shared_experts * m.expert_intermediate, tp)
+        ops.append(Gemm("shared_gate_up", t, 2 * shared, d, a_bytes=a, b_bytes=w, c_bytes=a,
+                        epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
+        ops.append(Gemm("shared_down", t, d, shared, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
+                        epilogue_read_bytes=a))
+    return ops
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    """Operators of one layer kind, and how many such layers the device runs."""
+
+    kind: str  # "dense", "moe", "embedding", "lm_head"
+    layers: int
+    ops: tuple[Op, ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
+                   stage: int = 0, context_len: int | None = None) -> tuple[LayerOps, ...]:
+    """Operators of one forward pass on one device of pipeline stage ``stage``."""
+    prec = scenario.precision
+    a, w, kv = prec.activation_bytes, prec.weight_bytes, prec.kv_bytes
+    share = device_share(model, scenario, attention, pp, stage, context_len)
+    phase = scenario.phase
+    attn = tuple(_attention_ops(model, share, attention.tp, phase, a, w, kv))
+    out: list[LayerOps] = []
+    if share.first_stage:
+        d = model.hidden
+        out.append(LayerOps("embedding", 1, (Vector("embedding", share.tokens * d, share.tokens * d * w,
+                                                    share.tokens * d * a, segment_bytes=d * w),)))
+    if share.dense_layers:
+        out.append(LayerOps("dense", share.dense_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, False))))
+    if share.moe_layers:
+        out.append(LayerOps("moe", share.moe_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, True))))
+    if share.last_stage:
+        d = model.hidden
+        rows = share.requests if phase == "prefill" else share.tokens  # logits of the last position only
+        vocab = ceil_div(model.vocab, ffn.tp)
+        out.append(LayerOps("lm_head", 1, (
+            Vector("final_norm", rows * d, rows * d * a, rows * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d),
+            Gemm("lm_head", rows, vocab, d, a_bytes=a, b_bytes=w, c_bytes=4.0),
+            Vector("sampling", rows * vocab, rows * vocab * 4.0, rows * 8.0, SOFTMAX_FLOPS_PER_ELEMENT, 1.0),
+        )))
+    return tuple(out)
