@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
+from deepstack.models import collectives, network, parallel
+from deepstack.models.device import resolve_device
 from deepstack.models.evaluate import DesignPoint
 from deepstack.models.evaluate import evaluate as run_evaluation
-from deepstack.schema import Scenario, Schedule, load_file, validate
+from deepstack.models.schedule_search import best_schedule
+from deepstack.schema import NetworkLevel, Scenario, Schedule, load_file, validate
 
 
 def _llm_row(m) -> dict[str, Any]:
@@ -106,7 +110,7 @@ def build_scenario(model: str, phase: str, batch: int, input_len: int, output_le
 def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: int = 1024, output_len: int = 1024,
              precision: str | None = None, chip: str | None = None, noc: str | None = None,
              system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
-             parallel: str | None = None) -> dict[str, Any]:
+             parallel: str | None = None, objective: str = "stps") -> dict[str, Any]:
     """Evaluate one design point and return the report of DESIGN.md §6 as plain data.
 
     Raises ``UserInputError`` for bad input and for a request that cannot fit (memory), naming the field.
@@ -121,14 +125,121 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
         architecture = catalog.load("chips", chip or "standard")
         network = catalog.load("nocs", noc) if noc else None
     schedule = Schedule.parse(parallel) if parallel else Schedule()
-    if network is not None and schedule.devices != network.devices:
-        raise UserInputError(
-            f"--parallel: the schedule uses {schedule.devices} devices but {network.name} has {network.devices}"
-        )
     point = DesignPoint(chip=architecture, scenario=scenario, schedule=schedule, network=network,
                         stacked_layers=stacked_layers, connected_layers=connected_layers)
-    report = run_evaluation(point)
+    if parallel is None and network is not None and network.devices > 1:
+        search = best_schedule(point, objective)
+        report = search.best
+        report.search = search.summary()
+    else:
+        report = run_evaluation(point)
     memory = [v for v in report.violations if v.startswith("memory")]
     if memory:
         raise InfeasibleError(f"{memory[0]}; use more devices (--parallel) or a larger DRAM stack")
     return report.as_dict()
+
+
+def strategies(*, devices: int, model: str | None = None, phase: str = "decode", batch: int = 1,
+               input_len: int = 1024, output_len: int = 1024, precision: str | None = None,
+               chip: str | None = None, stacked_layers: int | None = None,
+               connected_layers: int | None = None) -> dict[str, Any]:
+    """Parallel strategies for ``devices`` devices: all of them, or (with a model) those that survive the
+    pruning rules, and (with a chip) the memory check."""
+    if not 1 <= devices <= 1 << 20:
+        raise UserInputError(f"--devices: must be an integer in 1..{1 << 20} (got {devices})")
+    if model is None:
+        kept = parallel.enumerate_strategies(devices)
+        pruned: dict[str, int] = {}
+    else:
+        scenario = build_scenario(model, phase, batch, input_len, output_len, precision)
+        capacity = None
+        if chip is not None:
+            dev = resolve_device(catalog.load("chips", chip), stacked_layers, connected_layers)
+            capacity = dev.dram.capacity_B
+        kept, pruned = parallel.feasible_strategies(scenario, devices, capacity)
+    rows = [{"tp": s.tp, "ep": s.ep, "sp": s.sp, "cp": s.cp, "dp": s.dp, "pp": s.pp, "fsdp": s.fsdp,
+             "label": s.label} for s in kept]
+    return {"devices": devices, "count": len(rows), "total": len(parallel.enumerate_strategies(devices)),
+            "pruned": dict(pruned), "strategies": rows}
+
+
+def _split(value: str | None, what: str) -> list[str]:
+    if value is None:
+        return []
+    parts = [part.strip() for part in str(value).split(",")]
+    if not all(parts):
+        raise UserInputError(f"{what}: empty value in {value!r}; give one value per level, innermost first")
+    return parts
+
+
+def _numbers(value: str | None, what: str, kind=float) -> list:
+    out = []
+    for part in _split(value, what):
+        try:
+            number = kind(part)
+        except ValueError:
+            raise UserInputError(f"{what}: {part!r} is not a number") from None
+        if not math.isfinite(number):
+            raise UserInputError(f"{what}: must be finite (got {part!r})")
+        out.append(number)
+    return out
+
+
+def collective(*, op: str, bytes_per_rank: float, topology: str | None = None, dims: str | None = None,
+               link_bw_GBps: str | None = None, hop_latency_ns: str | None = None, algorithm: str = "auto",
+               packet_bytes: str | None = None, header_bytes: str | None = None,
+               noc: str | None = None) -> dict[str, Any]:
+    """One collective over every device of a flat or hierarchical topology (or a catalog NoC)."""
+    if op not in collectives.OPS:
+        raise UserInputError(f"--op: must be one of {', '.join(collectives.OPS)} (got {op!r})")
+    if not (math.isfinite(bytes_per_rank) and bytes_per_rank > 0):
+        raise UserInputError(f"--bytes: must be a positive number of bytes per rank (got {bytes_per_rank!r})")
+    if noc is not None:
+        if topology is not None:
+            raise UserInputError("--noc replaces --topology/--dims/--link-bw-GBps/--hop-latency-ns; give one")
+        topo = network.NetworkTopology.from_schema(catalog.load("nocs", noc))
+    else:
+        topo = _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes)
+    result = collectives.collective_time(op, bytes_per_rank, tuple(range(topo.devices)), topo, algorithm)
+    return {
+        "op": op, "algorithm": result.algorithm, "detail": result.detail, "bytes_per_rank": bytes_per_rank,
+        "devices": topo.devices, "time_s": result.time_s, "latency_s": result.latency_s,
+        "congestion_s": result.congestion_s, "max_link_bytes": result.max_link_bytes,
+        "steps": [{"phase": s.phase, "count": s.count, "time_s": s.time_s, "latency_s": s.latency_s,
+                   "congestion_s": s.congestion_s, "max_link_bytes": s.max_link_bytes} for s in result.steps],
+        "levels": [{"level": f"L{load.level + 1}", "label": load.label, "links": load.links,
+                    "total_bytes": load.total_bytes, "max_link_bytes": load.max_link_bytes,
+                    "max_busy_fraction": load.max_busy_fraction, "mean_busy_fraction": load.mean_busy_fraction}
+                   for load in result.level_utilization],
+        "candidates": [{"algorithm": name, "time_s": t} for name, t in result.candidates],
+    }
+
+
+def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes):
+    kinds = _split(topology, "--topology")
+    if not kinds:
+        raise UserInputError("--topology: required (e.g. ring, torus, or switch,switch) unless --noc is given")
+    shapes = _split(dims, "--dims")
+    bws = _numbers(link_bw_GBps, "--link-bw-GBps")
+    lats = _numbers(hop_latency_ns, "--hop-latency-ns")
+    packets = _numbers(packet_bytes, "--packet-bytes", int)
+    headers = _numbers(header_bytes, "--header-bytes", int)
+    n = len(kinds)
+    for what, values in (("--dims", shapes), ("--link-bw-GBps", bws), ("--hop-latency-ns", lats)):
+        if len(values) != n:
+            raise UserInputError(f"{what}: give {n} value(s), one per --topology level (got {len(values)})")
+    for what, values in (("--packet-bytes", packets), ("--header-bytes", headers)):
+        if values and len(values) not in (1, n):
+            raise UserInputError(f"{what}: give 1 or {n} value(s)")
+    levels = []
+    for i in range(n):
+        data = {"topology": kinds[i], "dims": shapes[i], "link_bw_GBps": bws[i], "hop_latency_ns": lats[i],
+                "energy_pJ_per_bit": 1.0}  # energy is not reported by this command
+        if packets:
+            data["packet_bytes"] = packets[i if len(packets) == n else 0]
+        if headers:
+            data["header_bytes"] = headers[i if len(headers) == n else 0]
+        level = validate(NetworkLevel, data, origin=f"level {i + 1}")
+        levels.append(network.TopologyLevel(level.topology, level.dims, level.link_bw_Bps, level.hop_latency_s,
+                                            level.packet_bytes, level.header_bytes))
+    return network.NetworkTopology(tuple(levels))

@@ -111,6 +111,76 @@ def evaluate(
         report.evaluation(result)
 
 
+@app.command()
+def strategies(
+    devices: Annotated[int, typer.Option(help="Number of devices N (TP·EP·SP·CP·DP·PP = N).")] = 256,
+    model: Annotated[str | None, typer.Option(help="Apply the pruning rules for this LLM.")] = None,
+    phase: Annotated[str, typer.Option(help="prefill or decode (with --model).")] = "decode",
+    batch: Annotated[int, typer.Option(help="Requests (with --model).")] = 1,
+    input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
+    output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 1024,
+    precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ... (default: the model's).")] = None,
+    chip: Annotated[str | None, typer.Option(help="Also check that weights + KV + activations fit.")] = None,
+    stacked_layers: Annotated[int | None, typer.Option(help="m for the memory check (3D chips).")] = None,
+    count: Annotated[bool, typer.Option("--count", help="Print only the number of strategies.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Enumerate parallel strategies (ordered factorizations of N, FSDP on/off) and apply the pruning rules.
+
+    Example: deepstack strategies --devices 256 --model deepseek-v3 --phase decode --batch 1024 --count
+    """
+    result = api.strategies(devices=devices, model=model, phase=phase, batch=batch, input_len=input_len,
+                            output_len=output_len, precision=precision, chip=chip, stacked_layers=stacked_layers)
+    if count:
+        report.print_json(result["count"]) if json_out else print(result["count"])
+    elif json_out:
+        report.print_json(result)
+    else:
+        report.table(f"{result['count']} of {result['total']} strategies for {devices} devices", result["strategies"],
+                     ["tp", "ep", "sp", "cp", "dp", "pp", "fsdp"])
+        if result["pruned"]:
+            report.table("pruned", [{"rule": k, "strategies": v} for k, v in result["pruned"].items()])
+
+
+@app.command()
+def collective(
+    op: Annotated[str, typer.Option(help="all_reduce, all_gather, reduce_scatter, all_to_all or send_recv.")],
+    bytes_per_rank: Annotated[float, typer.Option("--bytes", help="Per-rank input size in bytes.")],
+    topology: Annotated[str | None, typer.Option(
+        help="Per level, innermost first: switch, ring, chain, mesh, torus, fully_connected.")] = None,
+    dims: Annotated[str | None, typer.Option(help="Per level: 8 or 4x4, comma-separated.")] = None,
+    link_bw_GBps: Annotated[str | None, typer.Option("--link-bw-GBps", help="Per level, GB/s per link.")] = None,
+    hop_latency_ns: Annotated[str | None, typer.Option("--hop-latency-ns", help="Per level, ns per hop.")] = None,
+    algorithm: Annotated[str, typer.Option(
+        help="auto, ring, halving_doubling, rabenseifner, double_tree, hierarchical, direct, pairwise.")] = "auto",
+    packet_bytes: Annotated[str | None, typer.Option(help="Payload bytes per packet, per level.")] = None,
+    header_bytes: Annotated[str | None, typer.Option(help="Header bytes per packet, per level.")] = None,
+    noc: Annotated[str | None, typer.Option(help="A catalog NoC instead of the topology flags.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Time one collective over every device of a topology (eq. 4 on routed traffic matrices).
+
+    Example: deepstack collective --op all_reduce --bytes 1048576 --topology ring --dims 8 --link-bw-GBps 100
+    --hop-latency-ns 100 --algorithm ring
+    """
+    result = api.collective(op=op, bytes_per_rank=bytes_per_rank, topology=topology, dims=dims,
+                            link_bw_GBps=link_bw_GBps, hop_latency_ns=hop_latency_ns, algorithm=algorithm,
+                            packet_bytes=packet_bytes, header_bytes=header_bytes, noc=noc)
+    if json_out:
+        report.print_json(result)
+        return
+    report.console.print(f"{op} of {bytes_per_rank:,.0f} B per rank on {result['devices']} devices: "
+                         f"[bold]{result['time_s'] * 1e6:,.3f} µs[/bold] with {result['algorithm']} "
+                         f"(latency {result['latency_s'] * 1e6:,.3f} µs, "
+                         f"busiest link {result['max_link_bytes']:,.0f} B)")
+    report.table("steps", [{**s, "time_us": s["time_s"] * 1e6} for s in result["steps"]],
+                 ["phase", "count", "time_us", "max_link_bytes"])
+    report.table("links per level", result["levels"],
+                 ["level", "label", "links", "total_bytes", "max_link_bytes", "max_busy_fraction"])
+    report.table("algorithms considered", [{"algorithm": c["algorithm"], "time_us": c["time_s"] * 1e6}
+                                           for c in result["candidates"]])
+
+
 def _fail(message: str) -> int:
     print(f"deepstack: error: {' '.join(message.split())}", file=sys.stderr)
     return 2

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from deepstack.errors import UserInputError
 from deepstack.models import area as area_model
 from deepstack.schema import ChipArchitecture, Network, SramOption
+from deepstack.schema.hardware import MAX_STACKED_LAYERS
 
 HBM_BANKS_PER_PSEUDO_CHANNEL = 16  # CALIBRATION.md §4: HBM3 4 bank groups × 4 banks
 HBM_PHY_MM2_PER_STACK = 10.0  # paper §2.2: 2.5D "PHY macros occupy tens of mm²" (per stack, inferred)
@@ -97,6 +98,10 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
     if dram.technology == "3d-stacked":
         m = stacked_layers if stacked_layers is not None else dram.stacked_layers
         n = connected_layers if connected_layers is not None else min(dram.connected_layers, m)
+        if not 1 <= m <= MAX_STACKED_LAYERS:
+            raise UserInputError(f"stacked_layers (m): must be in 1..{MAX_STACKED_LAYERS} (got {m})")
+        if not 1 <= n <= MAX_STACKED_LAYERS:
+            raise UserInputError(f"connected_layers (n): must be in 1..{MAX_STACKED_LAYERS} (got {n})")
         if n > m:
             raise UserInputError(f"connected_layers (n = {n}) must be ≤ stacked_layers (m = {m})")
         dram = dram.model_copy(update={"stacked_layers": m, "connected_layers": n})

@@ -1,18 +1,20 @@
 """End-to-end evaluation of one design point (DESIGN.md §3): area → DRAM → workload → operator tuner →
-power/thermal/DVFS → report. This module covers the devices' compute; the distributed model adds the network."""
+collectives on the mapped network with tile-level overlap → pipeline → power/thermal/DVFS → report."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
 
+from deepstack.errors import UserInputError
+from deepstack.models import distributed, thermal
 from deepstack.models import dram as dram_model
 from deepstack.models import power as power_model
-from deepstack.models import thermal
+from deepstack.models.collectives import CollectiveResult
 from deepstack.models.device import DeviceSpec, resolve_device
-from deepstack.models.operators import OpTiming, time_op
-from deepstack.models.parallel import MEMORY_RESERVE, memory_footprint
-from deepstack.models.workload import Choice, build_workload
+from deepstack.models.operators import OpTiming, overlap_time_s, time_op, tune_gemm_overlapped
+from deepstack.models.parallel import MEMORY_RESERVE, memory_footprint, representative_stages
+from deepstack.models.workload import Choice, Gemm, build_workload, device_share
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 GiB = 1024**3
@@ -21,7 +23,7 @@ DVFS_BISECTION_STEPS = 40  # halvings of the frequency interval: far below any m
 
 @dataclass(frozen=True)
 class DesignPoint:
-    """Everything one evaluation needs. ``devices`` replicas run data-parallel when the schedule says so."""
+    """Everything one evaluation needs. Without a network, devices only replicate data-parallel."""
 
     chip: ChipArchitecture
     scenario: Scenario
@@ -37,50 +39,178 @@ class DesignPoint:
         return self.network.devices if self.network is not None else self.schedule.devices
 
 
+# --- rows of a forward pass: an operator, a collective, or a GEMM overlapped with its collective (eq. 5) ---
+
 @dataclass(frozen=True)
-class OperatorRow:
+class OpRow:
     layer: str
     count: int
     timing: OpTiming
     choice: str = ""
 
+    def time_at(self, scale: float) -> float:
+        return self.timing.time_at(scale)
+
+
+@dataclass(frozen=True)
+class CommRow:
+    layer: str
+    count: int
+    name: str
+    result: CollectiveResult
+    hidden_behind_s: float = 0.0  # compute it is prefetched behind (FSDP)
+
+    def time_at(self, scale: float) -> float:
+        r = self.result
+        if not self.hidden_behind_s:
+            return r.time_s
+        # prefetched behind the layer's compute: only the bandwidth time beyond it and the latency show
+        return max(0.0, r.time_s - r.latency_s - self.hidden_behind_s) + r.latency_s
+
+
+@dataclass(frozen=True)
+class OverlapRow:
+    layer: str
+    count: int
+    timing: OpTiming
+    name: str
+    result: CollectiveResult
+
+    def time_at(self, scale: float) -> float:
+        r = self.result
+        return overlap_time_s(self.timing.waves, self.timing.time_at(scale), r.time_s - r.latency_s, r.latency_s)
+
+
+Row = OpRow | CommRow | OverlapRow
+
 
 @dataclass
 class PhaseResult:
-    """One forward pass (prefill, or one decode step) on the busiest device."""
+    """One step of the phase on the busiest device: prefill of the batch, or one decode step of every request.
 
-    rows: list[OperatorRow]
-    time_nominal_s: float
+    ``rows`` are one microbatch on the bottleneck pipeline stage; the step takes ``time_multiplier`` such
+    stage-times (pipeline fill and steady state) and the device computes ``microbatches`` of them.
+    """
 
-    def time_at(self, clock_scale: float) -> float:
-        return sum(r.count * r.timing.time_at(clock_scale) for r in self.rows)
+    rows: list[Row]
+    time_multiplier: int = 1
+    microbatches: int = 1
+    stage: int = 0
 
-    def energy_J(self, coefficients: power_model.EnergyCoefficients, clock_scale: float) -> tuple[float, float]:
-        """(core energy at ``clock_scale`` — scales with V² ∝ f² —, DRAM energy)."""
-        core = dram = 0.0
+    def stage_time_at(self, scale: float) -> float:
+        return sum(r.count * r.time_at(scale) for r in self.rows)
+
+    def time_at(self, scale: float) -> float:
+        return self.time_multiplier * self.stage_time_at(scale)
+
+    def energy_J(self, coefficients: power_model.EnergyCoefficients, scale: float,
+                 noc_J_per_B: tuple[float, ...], devices: int) -> tuple[float, float, float]:
+        """(core energy — ∝ V² ∝ f² —, DRAM energy, network energy) of one step on one device."""
+        core = dram = noc = 0.0
         for r in self.rows:
-            t = r.timing
-            core += r.count * (t.matrix_flops * coefficients.matrix_J_per_flop
-                               + t.vector_flops * coefficients.vector_J_per_flop
-                               + t.sfu_ops * coefficients.sfu_J_per_op
-                               + t.l1_B * coefficients.l1_J_per_B + t.l2_B * coefficients.l2_J_per_B)
-            dram += r.count * t.dram_B * coefficients.dram_J_per_B
-        return core * clock_scale**2, dram
+            if isinstance(r, OpRow | OverlapRow):
+                t = r.timing
+                core += r.count * (t.matrix_flops * coefficients.matrix_J_per_flop
+                                   + t.vector_flops * coefficients.vector_J_per_flop
+                                   + t.sfu_ops * coefficients.sfu_J_per_op
+                                   + t.l1_B * coefficients.l1_J_per_B + t.l2_B * coefficients.l2_J_per_B)
+                dram += r.count * t.dram_B * coefficients.dram_J_per_B
+            if isinstance(r, CommRow | OverlapRow):
+                for load in r.result.level_utilization:
+                    noc += r.count * load.total_bytes * noc_J_per_B[load.level] / devices
+        m = self.microbatches
+        return core * scale**2 * m, dram * m, noc * m
+
+
+def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], point: DesignPoint,
+                dev: DeviceSpec, layout, topology) -> list[Row]:
+    """Time one layer kind's operators and collectives, overlapping each collective with the GEMM it feeds
+    or is fed by when that GEMM is in the layer."""
+    timed_comms = {}
+    for comm in comms:
+        result = distributed.time_comm(comm, layout, topology, point.schedule) if topology else None
+        if result is not None:
+            timed_comms[comm.name] = (comm, result)
+    partner = {}
+    for comm, result in timed_comms.values():
+        target = comm.after or comm.before
+        if target and target not in partner:
+            partner[target] = (comm, result)
+    rows: list[Row] = []
+    used = set()
+    for op in ops:
+        if isinstance(op, Choice):
+            timed = [(label, [time_op(o, dev) for o in option]) for label, option in op.options]
+            label, timings = min(timed, key=lambda item: sum(t.time_s for t in item[1]))
+            rows.extend(OpRow(kind, layers * op.count, t, label) for t in timings)
+        elif isinstance(op, Gemm) and op.name in partner:
+            comm, result = partner[op.name]
+            timing = tune_gemm_overlapped(op, dev, result.time_s - result.latency_s, result.latency_s)
+            rows.append(OverlapRow(kind, layers * op.count, timing, comm.name, result))
+            used.add(comm.name)
+        else:
+            rows.append(OpRow(kind, layers * op.count, time_op(op, dev)))
+    compute_s = sum(r.count * r.time_at(1.0) for r in rows) / max(layers, 1)
+    for name, (comm, result) in timed_comms.items():
+        if name in used:
+            continue
+        hidden = compute_s if comm.name == "fsdp_weight_gather" else 0.0
+        rows.append(CommRow(kind, layers, comm.name, result, hidden))
+    return rows
+
+
+def _stage_rows(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: int, layout, topology) -> list[Row]:
+    s, model = point.schedule, scenario.model
+    share_a = device_share(model, scenario, s.attention, s.pp, stage)
+    share_f = device_share(model, scenario, s.ffn, s.pp, stage)
+    rows: list[Row] = []
+    for layer in build_workload(model, scenario, s.attention, s.ffn, s.pp, stage):
+        comms: list[distributed.CommOp] = []
+        if layer.kind in ("dense", "moe"):
+            moe = layer.kind == "moe"
+            comms = (distributed.attention_comms(model, scenario, s, share_a)
+                     + distributed.ffn_comms(model, scenario, s, share_a, share_f, moe)
+                     + distributed.fsdp_comms(model, scenario, s, moe))
+        rows.extend(_layer_rows(layer.kind, layer.layers, layer.ops, comms, point, dev, layout, topology))
+    if topology is not None:
+        for comm in distributed.stage_comms(model, scenario, s, share_a):
+            result = distributed.time_comm(comm, layout, topology, s)
+            if result is not None:
+                rows.append(CommRow("stage", 1, comm.name, result))
+    return rows
+
+
+def _microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
+    """Microbatch counts worth trying: 1 without PP; with PP, from filling the pipeline to 4× its depth."""
+    if schedule.pp == 1:
+        return [1]
+    if schedule.microbatches:
+        return [schedule.microbatches]
+    per_replica = math.ceil(scenario.batch / (schedule.attention.dp * schedule.attention.ep))
+    options = [m for m in (schedule.pp, 2 * schedule.pp, 4 * schedule.pp) if m <= per_replica]
+    return options or [per_replica]
 
 
 def run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
-    """Time every operator of one forward pass on one device (MLA form and similar choices by cost)."""
+    """Time one step of ``scenario.phase`` on the busiest device, choosing the PP microbatch count."""
     s = point.schedule
-    rows: list[OperatorRow] = []
-    for layer in build_workload(scenario.model, scenario, s.attention, s.ffn, s.pp):
-        for op in layer.ops:
-            if isinstance(op, Choice):
-                timed = [(label, [time_op(o, dev) for o in ops]) for label, ops in op.options]
-                label, timings = min(timed, key=lambda item: sum(t.time_s for t in item[1]))
-                rows.extend(OperatorRow(layer.kind, layer.layers * op.count, t, label) for t in timings)
-            else:
-                rows.append(OperatorRow(layer.kind, layer.layers * op.count, time_op(op, dev)))
-    return PhaseResult(rows, sum(r.count * r.timing.time_s for r in rows))
+    topology = distributed.topology_of(point.network) if point.network is not None and point.devices > 1 else None
+    layout = distributed.layouts(scenario.model, scenario, s) if topology is not None else None
+    stages = representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers)
+    best: PhaseResult | None = None
+    for m in _microbatch_options(scenario, s):
+        micro = scenario if m == 1 else scenario.model_copy(update={"batch": math.ceil(scenario.batch / m)})
+        worst: tuple[float, int, list[Row]] | None = None
+        for stage in stages:
+            rows = _stage_rows(point, dev, micro, stage, layout, topology)
+            t = sum(r.count * r.time_at(1.0) for r in rows)
+            if worst is None or t > worst[0]:
+                worst = (t, stage, rows)
+        multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1
+        candidate = PhaseResult(worst[2], multiplier, m, worst[1])
+        if best is None or candidate.time_at(1.0) < best.time_at(1.0):
+            best = candidate
+    return best
 
 
 @dataclass
@@ -94,11 +224,15 @@ class Report:
     schedule: dict
     scenario: dict
     breakdown: dict = field(default_factory=dict)
+    search: dict | None = None
 
     def as_dict(self) -> dict:
-        return {"feasible": self.feasible, "violations": self.violations, "metrics": self.metrics,
-                "hardware": self.hardware, "schedule": self.schedule, "scenario": self.scenario,
-                "breakdown": self.breakdown}
+        out = {"feasible": self.feasible, "violations": self.violations, "metrics": self.metrics,
+               "hardware": self.hardware, "schedule": self.schedule, "scenario": self.scenario,
+               "breakdown": self.breakdown}
+        if self.search is not None:
+            out["search"] = self.search
+        return out
 
 
 def device_effective_bw_Bps(dev: DeviceSpec) -> float:
@@ -108,15 +242,20 @@ def device_effective_bw_Bps(dev: DeviceSpec) -> float:
     return dram_model.effective_bw_Bps(dev.dram, dev.dram.row_B, in_flight, dev.l1_bw_Bps)
 
 
-def _clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients) -> tuple[float, float, float]:
+def _noc_J_per_B(point: DesignPoint) -> tuple[float, ...]:
+    if point.network is None:
+        return ()
+    return tuple(level.energy_pJ_per_bit * 8e-12 for level in point.network.levels)
+
+
+def _clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients, noc_J_per_B, devices: int):
     """DVFS of §4.1.2: thermal frequency first, then the power wall. Returns (scale, time_s, power_w)."""
     static = thermal.static_power_w(dev.tdp_W)
     layers = dev.dram.stacked_layers if dev.is_3d else 0
 
     def power(scale: float) -> tuple[float, float]:
         t = phase.time_at(scale)
-        core, dram = phase.energy_J(coefficients, scale)
-        return t, static + (core + dram) / t
+        return t, static + sum(phase.energy_J(coefficients, scale, noc_J_per_B, devices)) / t
 
     scale = thermal.thermal_frequency_scale(dev.tdp_W, layers)
     t, p = power(scale)
@@ -133,17 +272,33 @@ def _clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients) -> tuple[flo
     return scale, t, p
 
 
-def evaluate(point: DesignPoint) -> Report:
-    """Evaluate one design point on identical data-parallel devices (no network traffic)."""
+def check_schedule(point: DesignPoint) -> None:
+    """Reject schedules the machine cannot run (user errors, one line each)."""
+    s = point.schedule
+    if point.network is not None and s.devices != point.network.devices:
+        raise UserInputError(
+            f"--parallel: the schedule uses {s.devices} devices but {point.network.name} has {point.network.devices}"
+        )
+    if point.network is None and (s.devices != s.attention.dp * s.attention.ep or s.ffn.devices != s.ffn.dp * s.ffn.ep
+                                  or s.pp > 1):
+        raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")
+
+
+def evaluate(point: DesignPoint, with_ttft: bool = True) -> Report:
+    """Evaluate one design point. ``with_ttft`` also times the prefill of a decode scenario (its TTFT)."""
+    check_schedule(point)
     scenario = point.scenario
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
                          point.noc_bw_scale)
     coefficients = power_model.coefficients(dev)
+    devices = point.devices
+    noc_J_per_B = _noc_J_per_B(point)
     main = run_phase(point, dev, scenario)
-    scale, step_s, power_w = _clock_scale(main, dev, coefficients)
-    if scenario.phase == "decode":
-        prefill = run_phase(point, dev, scenario.model_copy(update={"phase": "prefill"}))
-        ttft_s = prefill.time_at(scale)
+    scale, step_s, power_w = _clock_scale(main, dev, coefficients, noc_J_per_B, devices)
+    if scenario.phase == "decode" and with_ttft:
+        ttft_s = run_phase(point, dev, scenario.model_copy(update={"phase": "prefill"})).time_at(scale)
+    elif scenario.phase == "decode":
+        ttft_s = math.nan
     else:
         ttft_s = step_s
     s = point.schedule
@@ -153,7 +308,6 @@ def evaluate(point: DesignPoint) -> Report:
         stps, utps = requests / step_s, 1.0 / step_s
     else:
         stps, utps = requests * scenario.input_len / step_s, scenario.input_len / step_s
-    devices = point.devices
     system_power_w = power_w * devices
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     temperature = thermal.temperature_c(dev.ambient_c, layers, power_w, dev.device_area_mm2)
@@ -180,8 +334,9 @@ def evaluate(point: DesignPoint) -> Report:
     }
     return Report(
         feasible=not violations, violations=violations, metrics=metrics,
-        hardware=_hardware(point, dev, devices), schedule=_schedule(s, devices), scenario=_scenario(scenario),
-        breakdown=_breakdown(main, dev, scale, step_s, power_w, memory, coefficients),
+        hardware=_hardware(point, dev, devices), schedule=_schedule(s, devices, main),
+        scenario=_scenario(scenario),
+        breakdown=_breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B, devices, point),
     )
 
 
@@ -206,9 +361,10 @@ def _hardware(point: DesignPoint, dev: DeviceSpec, devices: int) -> dict:
     }
 
 
-def _schedule(s: Schedule, devices: int) -> dict:
+def _schedule(s: Schedule, devices: int, phase: PhaseResult) -> dict:
     return {"text": str(s), "devices": devices, "attention": s.attention.model_dump(), "ffn": s.ffn.model_dump(),
-            "pp": s.pp, "fsdp": s.fsdp}
+            "pp": s.pp, "fsdp": s.fsdp, "microbatches": phase.microbatches,
+            "collectives": dict(s.collectives)}
 
 
 def _scenario(sc: Scenario) -> dict:
@@ -216,37 +372,66 @@ def _scenario(sc: Scenario) -> dict:
             "output_len": sc.output_len, "precision": str(sc.precision)}
 
 
+def _row_entry(r: Row, dev: DeviceSpec, scale: float, time_s: float, multiplier: int) -> dict:
+    each = r.time_at(scale)
+    op_time = r.count * each * multiplier
+    entry = {"layer": r.layer, "count": r.count, "time_s": op_time, "share": op_time / time_s if time_s else 0.0}
+    if isinstance(r, CommRow):
+        busiest = max(r.result.level_utilization, key=lambda load: load.max_busy_fraction, default=None)
+        entry.update(name=r.name, bound="network" + (f" L{busiest.level + 1}" if busiest else ""),
+                     compute_utilization=0.0, dram_utilization=0.0,
+                     config=f"{r.result.op} {r.result.algorithm}, {r.result.num_groups}×{r.result.group_size} ranks")
+        return entry
+    t = r.timing
+    alone = t.time_at(scale)
+    entry.update(name=t.name, bound=t.bound,
+                 compute_utilization=t.matrix_flops / (dev.peak_matrix_flops * scale * each) if each else 0.0,
+                 dram_utilization=t.dram_B / (dev.dram.peak_bw_Bps * each) if each else 0.0,
+                 config=t.config)
+    if isinstance(r, OverlapRow):
+        entry["config"] += (f"; overlapped with {r.name} ({r.result.algorithm}), "
+                            f"{(each - alone) * 1e6:.1f} µs exposed")
+        if each > alone * 1.05:
+            entry["bound"] = "network"
+    elif r.choice:
+        entry["config"] += f" ({r.choice})"
+    return entry
+
+
 def _breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, power_w: float, memory,
-               coefficients) -> dict:
-    operators = []
+               coefficients, noc_J_per_B, devices: int, point: DesignPoint) -> dict:
+    m = phase.microbatches
     flops = dram_B = l2_B = 0.0
+    level_bytes: dict[int, float] = {}
     for r in phase.rows:
-        t = r.timing
-        op_time = r.count * t.time_at(scale)
-        flops += r.count * t.matrix_flops
-        dram_B += r.count * t.dram_B
-        l2_B += r.count * t.l2_B
-        each = t.time_at(scale)
-        operators.append({
-            "layer": r.layer, "name": t.name, "count": r.count, "time_s": op_time,
-            "share": op_time / time_s if time_s else 0.0, "bound": t.bound,
-            "compute_utilization": t.matrix_flops / (dev.peak_matrix_flops * scale * each) if each else 0.0,
-            "dram_utilization": t.dram_B / (dev.dram.peak_bw_Bps * each) if each else 0.0,
-            "config": t.config + (f" ({r.choice})" if r.choice else ""),
-        })
-    core, dram = phase.energy_J(coefficients, scale)
-    static_J = thermal.static_power_w(dev.tdp_W) * time_s
+        if isinstance(r, OpRow | OverlapRow):
+            flops += r.count * r.timing.matrix_flops * m
+            dram_B += r.count * r.timing.dram_B * m
+            l2_B += r.count * r.timing.l2_B * m
+        if isinstance(r, CommRow | OverlapRow):
+            for load in r.result.level_utilization:
+                level_bytes[load.level] = level_bytes.get(load.level, 0.0) + r.count * load.total_bytes * m
+    utilization = {
+        "compute": flops / (dev.peak_matrix_flops * scale * time_s),
+        "l2": l2_B / (dev.l2_bw_Bps * scale * time_s),
+        "dram": dram_B / (dev.dram.peak_bw_Bps * time_s),
+    }
+    if point.network is not None:
+        topology = distributed.topology_of(point.network)
+        for index, level in enumerate(point.network.levels):
+            capacity = topology.level_links[index] * level.link_bw_Bps * time_s
+            utilization[f"noc_L{index + 1}"] = level_bytes.get(index, 0.0) / capacity if capacity else 0.0
+    core, dram, noc = phase.energy_J(coefficients, scale, noc_J_per_B, devices)
     return {
         "phase_time_s": time_s,
+        "stage_time_s": phase.stage_time_at(scale),
+        "bottleneck_stage": phase.stage,
         "clock_scale": scale,
-        "utilization": {
-            "compute": flops / (dev.peak_matrix_flops * scale * time_s),
-            "l2": l2_B / (dev.l2_bw_Bps * scale * time_s),
-            "dram": dram_B / (dev.dram.peak_bw_Bps * time_s),
-        },
-        "energy_J_per_device": {"core": core, "dram": dram, "static": static_J},
+        "utilization": utilization,
+        "energy_J_per_device": {"core": core, "dram": dram, "network": noc,
+                                "static": thermal.static_power_w(dev.tdp_W) * time_s},
         "power_w_per_device": power_w,
         "memory_GiB_per_device": {"weights": memory.weights_B / GiB, "kv_cache": memory.kv_cache_B / GiB,
                                   "activations": memory.activations_B / GiB},
-        "operators": operators,
+        "operators": [_row_entry(r, dev, scale, time_s, phase.time_multiplier) for r in phase.rows],
     }

@@ -115,10 +115,11 @@ def _resident(dev: DeviceSpec, bytes_B: float) -> bool:
 
 
 @functools.lru_cache(maxsize=65536)
-def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
-    """Best tiling of a GEMM on ``dev`` (``swizzle=False`` forces the unswizzled layout, for studies/tests)."""
+def gemm_candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> tuple[OpTiming, ...]:
+    """Every tiling the tuner considers for a GEMM on ``dev``, timed (``swizzle=False`` forces the unswizzled
+    layout, for studies and tests)."""
     mt, nt, kt = dev.min_tile
-    best = None
+    out = []
     a_total = g.groups * g.m * g.k * g.a_bytes
     c_total = g.groups * g.m * g.n * g.c_bytes
     b_total = g.groups * g.k * g.n * g.b_bytes
@@ -140,14 +141,38 @@ def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
                     for stages in STAGES:
                         if stages * stage_B > dev.l1_B:
                             continue
-                        for raster in ("row", "grouped"):
-                            cand = _time_gemm(g, dev, tm, tn, tk, stages, split, raster, swizzle, a_resident,
-                                              b_resident, c_resident)
-                            if best is None or cand.time_s < best.time_s:
-                                best = cand
-                            if math.ceil(g.m / tm) == 1:
-                                break  # one row of tiles: rasterisation cannot matter
-    return best
+                        rasters = ("row",) if math.ceil(g.m / tm) == 1 else ("row", "grouped")
+                        out.extend(_time_gemm(g, dev, tm, tn, tk, stages, split, raster, swizzle, a_resident,
+                                              b_resident, c_resident) for raster in rasters)
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
+    """The fastest tiling of a GEMM on ``dev``."""
+    return min(gemm_candidates(g, dev, swizzle), key=lambda c: c.time_s)
+
+
+def overlap_time_s(waves: int, total_comp_s: float, comm_bw_s: float, latency_s: float) -> float:
+    """Eq. 5: tile-wave pipeline of compute and the communication it feeds (or is fed by).
+
+    τ_comp and τ_comm are the per-wave shares of the compute and of the collective's bandwidth time; the
+    collective's zero-load latency L_net cannot be hidden. One wave (or none) serialises.
+    """
+    if waves <= 1:
+        return total_comp_s + comm_bw_s + latency_s
+    tau_comp = total_comp_s / waves
+    tau_comm = comm_bw_s / waves
+    steady = max((waves - 1) * tau_comp, (waves - 1) * tau_comm + latency_s)
+    return tau_comp + (tau_comm + latency_s) + steady
+
+
+@functools.lru_cache(maxsize=65536)
+def tune_gemm_overlapped(g: Gemm, dev: DeviceSpec, comm_bw_s: float, latency_s: float) -> OpTiming:
+    """The tiling that minimises eq. 5 with the collective this GEMM feeds: small tiles give more waves to hide
+    communication behind, large tiles more reuse (paper §4.1.5, Fig. 7)."""
+    return min(gemm_candidates(g, dev),
+               key=lambda c: overlap_time_s(c.waves, c.time_s, comm_bw_s, latency_s))
 
 
 def _operand_reads(tm: int, tn: int, mt: int, nt: int, wgmma: bool) -> tuple[int, int]:
@@ -251,7 +276,7 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     blocks of the group's query heads × query blocks (× KV splits); tiles sharing a KV stream are scheduled
     together so the stream is read from DRAM once when the wave's streams fit in L2."""
     best = None
-    q_blocks = (64, 128) if op.q_len > 1 else (1,)
+    q_blocks = tuple(b for b in (16, 32, 64, 128) if b <= max(16, op.q_len)) if op.q_len > 1 else (1,)
     max_split = max(1, op.kv_len // ATTENTION_KV_BLOCK)
     splits = [s for s in SPLIT_K if s <= max_split] if op.q_len == 1 else [1]
     for head_block in _pow2_range(1, op.q_per_group):

@@ -661,3 +661,10 @@ def cache_clear() -> None:
     """Forget every memoised result (for benchmarks that time cold runs)."""
     for cached in (ordered_factorizations, enumerate_strategies, _footprint, _feasible):
         cached.cache_clear()
+
+
+def representative_stages(layers: int, pp: int, dense_layers: int) -> tuple[int, ...]:
+    """Pipeline stages whose composition differs (first, last, dense-prefix, each MoE stage size)."""
+    sizes = pipeline_stage_layers(layers, pp)
+    starts = tuple(itertools.accumulate(sizes, initial=0))
+    return _representative_stages(sizes, starts, dense_layers)

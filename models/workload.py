@@ -17,6 +17,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from deepstack.models.parallel import pipeline_stage_layers
 from deepstack.schema import LLM, Scenario
 from deepstack.schema.schedule import ModuleParallel
 
@@ -142,10 +143,10 @@ def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: 
         q_len = scenario.input_len
         kv = scenario.input_len
         tokens = ceil_div(requests * scenario.input_len, attention.sp * attention.cp)
-    kv_local = ceil_div(kv, attention.cp)
-    per_stage = ceil_div(model.layers, pp)
-    first = stage * per_stage
-    last = min(model.layers, first + per_stage)
+    kv_local = ceil_div(kv, attention.cp * attention.sp)
+    sizes = pipeline_stage_layers(model.layers, pp)
+    first = sum(sizes[:stage])
+    last = first + sizes[stage]
     dense = max(0, min(last, model.dense_layers) - first)
     return DeviceShare(tokens=max(tokens, 1), requests=requests, q_len=q_len, kv_len=kv_local, layers=last - first,
                        dense_layers=dense, moe_layers=(last - first) - dense, first_stage=stage == 0,

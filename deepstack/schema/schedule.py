@@ -38,7 +38,7 @@ class ModuleParallel(Frozen):
         return math.prod(getattr(self, name) for name in MODULE_DEGREES)
 
     def __str__(self) -> str:
-        return ",".join(f"{name}={getattr(self, name)}" for name in MODULE_DEGREES if getattr(self, name) > 1) or "1"
+        return ",".join(f"{name}={getattr(self, name)}" for name in MODULE_DEGREES if getattr(self, name) > 1) or "tp=1"
 
 
 class Schedule(Frozen):
@@ -71,11 +71,13 @@ class Schedule(Frozen):
         return self.collectives.get(collective, "auto")
 
     def __str__(self) -> str:
-        text = f"attn:{self.attention};ffn:{self.ffn}" if self.is_per_module else str(self.attention)
         extras = [f"pp={self.pp}"] if self.pp > 1 else []
         if self.fsdp:
             extras.append("fsdp")
-        return ";".join([text, *extras]) if extras else text
+        if self.is_per_module:
+            return ";".join([f"attn:{self.attention}", f"ffn:{self.ffn}", *([",".join(extras)] if extras else [])])
+        degrees = [] if str(self.attention) == "tp=1" and extras else [str(self.attention)]
+        return ",".join(degrees + extras)
 
     @classmethod
     def parse(cls, text: str) -> Schedule:

@@ -1,0 +1,198 @@
+"""The distributed half of a design point (paper §3.3, §4.1.4, §4.1.5): which collectives a schedule needs in
+each layer, where its ranks sit on the network, and how long the collectives take.
+
+Collectives per layer (Megatron / DeepSpeed practice, paper §3.3.1), ``T`` tokens per device, ``d`` hidden:
+
+* attention TP: all-reduce of T·d after the output projection (overlappable with it, eq. 5);
+* attention SP (Ulysses): all-to-all of q/k/v before the attention core and of its output after;
+* attention CP: prefill all-gathers the K/V of the other context chunks; decode all-gathers the queries and
+  reduce-scatters the partial outputs (each CP rank holds a slice of every request's cache);
+* FFN/MoE TP: all-reduce of T·d after the down projection; MoE EP: all-to-all dispatch of the top-k token
+  copies before the experts and the combine after them (both overlappable with the expert GEMMs);
+* module boundary: when attention and FFN split tokens differently (per-module schedules), the side that
+  needs more tokens all-gathers them from the side that holds fewer;
+* FSDP: each layer's weight shards are all-gathered over the DP group, prefetched during the previous layer;
+* vocabulary-parallel embedding: all-reduce of T·d; the sampler all-reduces a (max, sum) pair per row;
+* PP: a send/recv of T·d between consecutive stages per microbatch.
+
+Rank mapping (§4.1.4): each module's parallel dimensions are ordered by the bytes they move, the heaviest
+innermost (on the fastest network level); pipeline stages are outermost. All groups of a collective run at
+once, so contention between groups is counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from deepstack.models import collectives, network
+from deepstack.models.workload import DeviceShare, device_share
+from deepstack.schema import LLM, Network, Scenario, Schedule
+
+LOGSUMEXP_BYTES = 8  # a (max, sum) float32 pair per row for distributed softmax / split attention
+
+
+@dataclass(frozen=True)
+class CommOp:
+    """One collective of a layer (or of a stage), per microbatch, with what it may overlap with."""
+
+    name: str
+    op: str  # all_reduce, all_gather, reduce_scatter, all_to_all, send_recv
+    dim: str  # the parallel dimension whose groups run it
+    bytes_per_rank: float
+    after: str | None = None  # GEMM whose output it sends (eq. 5)
+    before: str | None = None  # GEMM that consumes what it brings (the mirror of eq. 5)
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """Rank → device mapping of both modules (innermost first, pipeline stages outermost)."""
+
+    attention: tuple[tuple[str, int], ...]
+    ffn: tuple[tuple[str, int], ...]
+    devices: int
+
+    def groups(self, dim: str) -> tuple[tuple[int, ...], ...]:
+        layout = self.attention if dim.startswith("a_") or dim == "pp" else self.ffn
+        if dim.startswith("reshape"):
+            size = int(dim.split(":")[1])
+            layout = (("reshape", size), ("rest", self.devices // size))
+            dim = "reshape"
+        return _groups(layout, dim, self.devices)
+
+
+@functools.lru_cache(maxsize=16384)
+def _groups(layout, dim: str, devices: int) -> tuple[tuple[int, ...], ...]:
+    return network.device_groups(layout, dim, devices)
+
+
+def _kv_width(model: LLM, tp: int) -> int:
+    att = model.attention
+    if att.kind == "mla":
+        return att.kv_lora_rank + att.qk_rope_head_dim
+    return 2 * max(1, att.kv_heads // tp) * att.head_dim
+
+
+def attention_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: DeviceShare) -> list[CommOp]:
+    a = schedule.attention
+    ab = scenario.precision.activation_bytes
+    att = model.attention
+    d, t = model.hidden, share.tokens
+    hq = max(1, att.heads // a.tp)
+    out: list[CommOp] = []
+    if a.sp > 1:
+        q_width = hq * att.qk_head_dim
+        out.append(CommOp("ulysses_qkv", "all_to_all", "a_sp", t * (q_width + _kv_width(model, a.tp)) * ab,
+                          after="qkv_proj"))
+        out.append(CommOp("ulysses_out", "all_to_all", "a_sp", t * hq * att.v_dim * ab, before="o_proj"))
+    if a.cp > 1:
+        kv_token_B = _kv_width(model, a.tp) * scenario.precision.kv_bytes
+        if share.q_len > 1:
+            out.append(CommOp("cp_kv_gather", "all_gather", "a_cp", t * kv_token_B))
+        else:
+            out.append(CommOp("cp_q_gather", "all_gather", "a_cp", t * hq * att.qk_head_dim * ab))
+            out.append(CommOp("cp_partial_reduce", "reduce_scatter", "a_cp",
+                              share.requests * hq * (att.v_dim * ab + LOGSUMEXP_BYTES), before="o_proj"))
+    if a.tp > 1:
+        out.append(CommOp("attn_tp_allreduce", "all_reduce", "a_tp", t * d * ab, after="o_proj"))
+    return out
+
+
+def ffn_comms(model: LLM, scenario: Scenario, schedule: Schedule, share_a: DeviceShare, share_f: DeviceShare,
+              moe: bool) -> list[CommOp]:
+    f = schedule.ffn
+    ab = scenario.precision.activation_bytes
+    d = model.hidden
+    out: list[CommOp] = []
+    if share_f.tokens > share_a.tokens:
+        ratio = max(2, round(share_f.tokens / share_a.tokens))
+        out.append(CommOp("reshape_to_ffn", "all_gather", f"reshape:{ratio}", share_a.tokens * d * ab))
+    if moe and f.ep > 1:
+        slots_B = share_f.tokens * model.moe.top_k * d * ab
+        out.append(CommOp("moe_dispatch_a2a", "all_to_all", "f_ep", slots_B, before="expert_gate_up"))
+        out.append(CommOp("moe_combine_a2a", "all_to_all", "f_ep", slots_B, after="expert_down"))
+    if f.tp > 1:
+        last = "down_proj" if not moe else ("shared_down" if model.moe.shared_experts else None)
+        out.append(CommOp("ffn_tp_allreduce", "all_reduce", "f_tp", share_f.tokens * d * ab, after=last))
+    if share_f.tokens < share_a.tokens:
+        ratio = max(2, round(share_a.tokens / share_f.tokens))
+        out.append(CommOp("reshape_to_attention", "all_gather", f"reshape:{ratio}", share_f.tokens * d * ab))
+    return out
+
+
+def fsdp_comms(model: LLM, scenario: Scenario, schedule: Schedule, moe: bool) -> list[CommOp]:
+    """All-gather of one layer's weights over the DP group (attention and dense weights over DP·EP)."""
+    if not schedule.fsdp:
+        return []
+    from deepstack.models.parallel import attention_parameters
+
+    a, f = schedule.attention, schedule.ffn
+    wb = scenario.precision.weight_bytes
+    group = a.dp * a.ep  # the "a_dp" groups of the attention layout: DP replicas incl. EP acting as DP
+    params = attention_parameters(model, a.tp)
+    if moe:
+        m = model.moe
+        params += (m.routed_experts // max(f.ep, 1) + m.shared_experts) * 3 * model.hidden * math.ceil(
+            m.expert_intermediate / f.tp)
+    else:
+        params += 3 * model.hidden * math.ceil(model.dense_intermediate / f.tp)
+    if group <= 1:
+        return []
+    return [CommOp("fsdp_weight_gather", "all_gather", "a_dp", params * wb / group)]
+
+
+def stage_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: DeviceShare) -> list[CommOp]:
+    """Collectives outside the transformer layers: vocabulary-parallel embedding and sampler, PP transfers."""
+    ab = scenario.precision.activation_bytes
+    out: list[CommOp] = []
+    f = schedule.ffn
+    if f.tp > 1 and share.first_stage:
+        out.append(CommOp("embedding_allreduce", "all_reduce", "f_tp", share.tokens * model.hidden * ab))
+    if f.tp > 1 and share.last_stage:
+        rows = share.requests if scenario.phase == "prefill" else share.tokens
+        out.append(CommOp("sampler_allreduce", "all_reduce", "f_tp", rows * LOGSUMEXP_BYTES))
+    if schedule.pp > 1 and not share.last_stage:
+        out.append(CommOp("pp_send", "send_recv", "pp", share.tokens * model.hidden * ab))
+    return out
+
+
+def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
+    """Order each module's dimensions by their traffic (heaviest innermost), stages outermost."""
+    a, f = schedule.attention, schedule.ffn
+    share_a = device_share(model, scenario, a, schedule.pp)
+    share_f = device_share(model, scenario, f, schedule.pp)
+    traffic: dict[str, float] = {}
+    comms = attention_comms(model, scenario, schedule, share_a) + ffn_comms(
+        model, scenario, schedule, share_a, share_f, model.is_moe) + fsdp_comms(model, scenario, schedule,
+                                                                                 model.is_moe)
+    for c in comms:
+        traffic[c.dim] = traffic.get(c.dim, 0.0) + c.bytes_per_rank
+    attention_dims = [("a_tp", a.tp), ("a_sp", a.sp), ("a_cp", a.cp), ("a_dp", a.dp * a.ep)]
+    ffn_dims = [("f_tp", f.tp), ("f_ep", f.ep), ("f_dp", f.dp * f.sp * f.cp)]
+    # keep TP innermost in both modules on ties so flat schedules map both modules identically
+    attention_layout = (*network.order_by_intensity(attention_dims, traffic), ("pp", schedule.pp))
+    ffn_layout = (*network.order_by_intensity(ffn_dims, traffic), ("pp", schedule.pp))
+    return Layouts(attention_layout, ffn_layout, schedule.devices)
+
+
+@functools.lru_cache(maxsize=65536)
+def comm_time(comm: CommOp, groups: tuple[tuple[int, ...], ...], topology: network.NetworkTopology,
+              algorithm: str) -> collectives.CollectiveResult:
+    return collectives.collective_time(comm.op, comm.bytes_per_rank, groups, topology, algorithm)
+
+
+def time_comm(comm: CommOp, layout: Layouts, topology: network.NetworkTopology,
+              schedule: Schedule) -> collectives.CollectiveResult | None:
+    """Time one collective on the mapped topology (None when its groups have one rank)."""
+    groups = layout.groups(comm.dim)
+    if len(groups[0]) < 2 or comm.bytes_per_rank <= 0:
+        return None
+    algorithm = schedule.algorithm(comm.op)
+    if algorithm != "auto" and algorithm not in collectives.algorithms(comm.op):
+        algorithm = "auto"  # a choice made for another collective kind does not apply to this one
+    return comm_time(comm, groups, topology, algorithm)
+
+
+def topology_of(net: Network) -> network.NetworkTopology:
+    return network.NetworkTopology.from_schema(net)
