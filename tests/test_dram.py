@@ -1,0 +1,183 @@
+"""3D-DRAM bandwidth model (models/dram.py; paper §2.3.1, §4.1.3 (i)–(iv), eq. 1 and 3).
+
+Standard chip at m = n = 4 (standard.toml): 128 banks (4 layers × 32), 2 KiB rows, peak 1.6375 TB/s, so a bank
+streams at 1.6375e12 / 128 = 12.793 GB/s and a full row transfers in 2048 / 12.793e9 = 160.09 ns; every row
+activation adds tRCD + tRP = 28 ns.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepstack import catalog
+from deepstack.models import dram
+from deepstack.models.device import resolve_device
+from deepstack.models.operators import tune_gemm
+from deepstack.models.workload import Gemm
+
+ROW_B = 2048
+BANKS = 128
+PEAK_Bps = 1.6375e12
+BANK_Bps = PEAK_Bps / BANKS
+ROW_TRANSFER_s = ROW_B / BANK_Bps  # 160.09 ns
+OVERHEAD_s = 28e-9  # tRCD + tRP
+ROW_ACCESS_s = ROW_TRANSFER_s + OVERHEAD_s  # one full-row access of one bank: 188.09 ns
+
+
+def _standard():
+    return catalog.load("chips", "standard")
+
+
+def _device(interleaved: bool = False):
+    chip = _standard()
+    if interleaved:
+        memory = chip.device.dram.model_copy(update={"connectivity": "interleaved"})
+        chip = chip.model_copy(update={"device": chip.device.model_copy(update={"dram": memory})})
+    return resolve_device(chip)
+
+
+DIRECT = _device().dram
+INTERLEAVED = _device(interleaved=True).dram
+BOTH = pytest.mark.parametrize("spec", [DIRECT, INTERLEAVED], ids=["direct", "interleaved"])
+
+
+def test_resolved_dram_matches_the_preset():
+    assert (DIRECT.banks, DIRECT.row_B, DIRECT.interleave_ways) == (BANKS, ROW_B, 1)
+    assert DIRECT.peak_bw_Bps == pytest.approx(PEAK_Bps)
+    assert DIRECT.row_overhead_s == pytest.approx(OVERHEAD_s)
+    assert INTERLEAVED.interleave_ways == 4  # standard.toml interleave_ways, used in interleaved mode
+
+
+def test_curve_golden_points():
+    # direct: a full row reaches 160.09 / 188.09 = 85.11 % of peak; a 256 B transaction pays the same 28 ns
+    # for 20.01 ns of data: 20.01 / 48.01 = 41.68 %
+    assert dram.transaction_efficiency(DIRECT, ROW_B) == pytest.approx(ROW_TRANSFER_s / ROW_ACCESS_s)
+    small = 256 / BANK_Bps
+    assert dram.transaction_efficiency(DIRECT, 256) == pytest.approx(small / (small + OVERHEAD_s))
+    assert dram.transaction_efficiency(DIRECT, 256) == pytest.approx(0.4168, abs=1e-4)
+    # 4-way interleaving hides the activation behind the other banks' transfers: a row is at peak
+    # (4 · 40.02 ns of transfer per 40.02 + 28 ns ≥ 1), 256 B reaches 4 · 5.00 / 33.00 = 60.6 %
+    assert dram.transaction_efficiency(INTERLEAVED, ROW_B) == pytest.approx(1.0)
+    assert dram.transaction_efficiency(INTERLEAVED, 256) == pytest.approx(4 * 5.0027 / 33.0027, rel=1e-4)
+    assert dram.curve_bw_Bps(DIRECT, 0) == 0.0
+
+
+@BOTH
+@settings(max_examples=100, deadline=None)
+@given(a=st.integers(1, ROW_B), b=st.integers(1, ROW_B))
+def test_curve_is_non_decreasing_up_to_a_row(spec, a, b):
+    small, large = sorted((a, b))
+    assert dram.curve_bw_Bps(spec, small) <= dram.curve_bw_Bps(spec, large)
+
+
+@BOTH
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(1, 64 * ROW_B))
+def test_curve_never_exceeds_peak(spec, size):
+    assert 0.0 < dram.curve_bw_Bps(spec, size) <= spec.peak_bw_Bps
+
+
+@BOTH
+@settings(max_examples=100, deadline=None)
+@given(size=st.integers(1, 8 * ROW_B), in_flight=st.floats(1.0, 1e8), l1_fill=st.floats(1e9, 1e14))
+def test_effective_bandwidth_respects_all_three_bounds(spec, size, in_flight, l1_fill):
+    bw = dram.effective_bw_Bps(spec, size, in_flight, l1_fill)
+    assert bw <= dram.curve_bw_Bps(spec, size)
+    assert bw <= dram.little_bw_Bps(in_flight, spec.access_latency_s)
+    assert bw <= l1_fill
+    assert bw == min(dram.curve_bw_Bps(spec, size), in_flight / spec.access_latency_s, l1_fill)
+
+
+def test_little_law():
+    # eq. 1: 1 MiB in flight over 130 ns sustains at most 8.066 TB/s
+    assert dram.little_bw_Bps(2**20, 130e-9) == pytest.approx(2**20 / 130e-9)
+    assert dram.little_bw_Bps(2**20, 130e-9) / 1e12 == pytest.approx(8.066, rel=1e-3)
+
+
+def test_bank_conflict_versus_swizzle():
+    """Eight full-row accesses whose starts are banks × row = 256 KiB apart all land in bank 0 (bank = row mod
+    128) and serialise: 8 × 188.09 ns = 1504.7 ns. Staggering them by one bank each (the swizzle) spreads them
+    over banks 0..7, which work in parallel: 188.09 ns."""
+    n = 8
+    starts = [i * BANKS * ROW_B for i in range(n)]
+    lengths = [ROW_B] * n
+    conflicted_s, conflicted_banks = dram.bank_service_time_s(DIRECT, starts, lengths)
+    swizzled_s, swizzled_banks = dram.bank_service_time_s(DIRECT, starts, lengths, bank_offsets=list(range(n)))
+    assert (conflicted_banks, swizzled_banks) == (1, n)
+    assert conflicted_s == pytest.approx(n * ROW_ACCESS_s)
+    assert swizzled_s == pytest.approx(ROW_ACCESS_s)
+    assert conflicted_s > swizzled_s
+
+
+def test_few_small_accesses_use_few_banks():
+    """§4.1.3 (iii): 16 consecutive rows touch 16 of the 128 banks. They finish in one row access (188.09 ns),
+    i.e. 16 × 2048 B / 188.09 ns = 174.2 GB/s — 16/128 of the full-row curve (1.394 TB/s), 10.6 % of peak."""
+    n = 16
+    time_s, banks = dram.bank_service_time_s(DIRECT, [i * ROW_B for i in range(n)], [ROW_B] * n)
+    assert banks == n < DIRECT.banks
+    assert time_s == pytest.approx(ROW_ACCESS_s)
+    achieved = n * ROW_B / time_s
+    assert achieved == pytest.approx(dram.curve_bw_Bps(DIRECT, ROW_B) * n / BANKS)
+    assert achieved < 0.2 * PEAK_Bps
+    # a single 256 B access in one bank: 20.01 ns of data + 28 ns overhead
+    one_s, one_bank = dram.bank_service_time_s(DIRECT, [0], [256])
+    assert (one_bank, one_s) == (1, pytest.approx(256 / BANK_Bps + OVERHEAD_s))
+
+
+def test_access_split_at_row_boundaries():
+    # 3 KiB starting mid-row: bytes 1024..4095 cover rows 0 (1 KiB), 1 (2 KiB) — two banks, two activations;
+    # the busier bank (row 1: 2 KiB) sets the time
+    time_s, banks = dram.bank_service_time_s(DIRECT, [1024], [3072])
+    assert banks == 2
+    assert time_s == pytest.approx(ROW_ACCESS_s)
+
+
+def test_all_banks_full_rows_reach_the_curve():
+    # one full row in each of the 128 banks: 128 × 2 KiB in 188.09 ns = the curve's 1.394 TB/s
+    time_s, banks = dram.bank_service_time_s(DIRECT, [i * ROW_B for i in range(BANKS)], [ROW_B] * BANKS)
+    assert banks == BANKS
+    assert BANKS * ROW_B / time_s == pytest.approx(dram.curve_bw_Bps(DIRECT, ROW_B))
+
+
+@settings(max_examples=60, deadline=None)
+@given(count=st.integers(1, 64), length=st.integers(1, 4 * ROW_B), gap=st.integers(0, 8 * ROW_B))
+def test_bank_time_is_at_least_the_peak_rate(count, length, gap):
+    """No layout moves data faster than the peak: bytes / time ≤ peak, and never more banks than exist."""
+    starts = [i * (length + gap) for i in range(count)]
+    time_s, banks = dram.bank_service_time_s(DIRECT, starts, [length] * count)
+    assert count * length / time_s <= PEAK_Bps * (1 + 1e-9)
+    assert 1 <= banks <= DIRECT.banks
+
+
+def test_unswizzled_gemv_weight_layout_conflicts():
+    """§4.1.3 (iv) through the operator tuner. Decode GEMV 1 × 8192 → 2048 (Llama-3.2-1B's down_proj shape,
+    32 MiB of FP16 weights). Its weight column blocks are k · tn · 2 B = 8192 · tn · 2 = tn × 16 KiB apart —
+    for every tile width tn ≥ 16 a multiple of 128 banks × 2 KiB = 256 KiB, so without a swizzle the 8
+    concurrent column blocks of a wave all start in the same bank.
+
+    Swizzled, by hand: the tuner's best tile (tn = 128, tk = 64, 3 stages) streams 2-step windows of
+    2 · 64 · 128 · 2 B = 32 KiB = 16 rows per block; 8 blocks × 16 rows = 128 chunks fill the 128 banks once,
+    so every window costs one row access and the GEMV runs at the full-row curve: 32 MiB / 1.39373 TB/s
+    = 24.075 µs, plus the 130 ns access latency = 24.205 µs. Unswizzled, the best any tiling does is 2×
+    slower (48.28 µs)."""
+    dev = _device()
+    gemv = Gemm("down_proj", 1, 2048, 8192)
+    swizzled = tune_gemm(gemv, dev, swizzle=True)
+    unswizzled = tune_gemm(gemv, dev, swizzle=False)
+    weights_B = 8192 * 2048 * 2
+    assert swizzled.time_s == pytest.approx(weights_B / dram.curve_bw_Bps(DIRECT, ROW_B) + 130e-9, rel=1e-6)
+    assert unswizzled.time_s > 1.5 * swizzled.time_s
+    assert unswizzled.bound == swizzled.bound == "dram"
+    assert "unswizzled" in unswizzled.config
+    # the conflict is in the layout, not the traffic: both read every weight exactly once
+    assert unswizzled.dram_B == pytest.approx(swizzled.dram_B)
+
+
+def test_stream_time_matches_the_curve_for_large_tensors():
+    # 64 MiB in full rows over all banks: 256 rows per bank, each 188.09 ns → 48.15 µs = 64 MiB / 1.394 TB/s
+    total = 64 * 2**20
+    assert dram.stream_time_s(DIRECT, total, ROW_B) == pytest.approx(total / dram.curve_bw_Bps(DIRECT, ROW_B))
+    # and never faster than the peak, also interleaved
+    assert dram.stream_time_s(INTERLEAVED, total, ROW_B) >= total / PEAK_Bps
