@@ -243,3 +243,35 @@ def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_by
         levels.append(network.TopologyLevel(level.topology, level.dims, level.link_bw_Bps, level.hop_latency_s,
                                             level.packet_bytes, level.header_bytes))
     return network.NetworkTopology(tuple(levels))
+
+
+def run_optimize(*, objective: str, model: str | None, phase: str | None, batch: int | None,
+                 input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
+                 sampler: str, trials: int, study: str, storage: str | None, seed: int | None, workers: int,
+                 out: str | None, progress=None) -> dict[str, Any]:
+    """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario."""
+    from deepstack.search import optimize as opt
+    from deepstack.search.space import load_space, scenarios
+
+    objectives = opt.parse_objectives(objective)
+    design_space = load_space(space)
+    first = scenarios(design_space)[0]
+    scenario = build_scenario(model or first.model.name, phase or first.phase, batch or first.batch,
+                              input_len or first.input_len, output_len or first.output_len,
+                              precision or (str(first.precision) if model is None else None))
+    result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
+                          study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress)
+    return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,
+            "objectives": result.objectives, "wall_s": result.wall_s, "files": result.files,
+            "scenario": {"model": scenario.model.name, "phase": scenario.phase, "batch": scenario.batch,
+                         "input_len": scenario.input_len, "output_len": scenario.output_len,
+                         "precision": str(scenario.precision)},
+            "pareto": result.pareto}
+
+
+def space_size(space: str | None) -> dict[str, Any]:
+    from deepstack.search.space import load_space, raw_size
+
+    s = load_space(space)
+    size = raw_size(s)
+    return {"space": s.name, "raw_size": size, "log10": math.log10(size)}

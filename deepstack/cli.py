@@ -181,6 +181,69 @@ def collective(
                                            for c in result["candidates"]])
 
 
+@app.command()
+def optimize(
+    objective: Annotated[str, typer.Option(help="Comma-separated: stps, tokens_per_joule, utps, ttft.")] = (
+        "stps,tokens_per_joule"),
+    model: Annotated[str | None, typer.Option(help="LLM (default: the space's scenario).")] = None,
+    phase: Annotated[str | None, typer.Option(help="prefill or decode.")] = None,
+    batch: Annotated[int | None, typer.Option(help="Requests served together.")] = None,
+    input_len: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request.")] = None,
+    precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")] = None,
+    space: Annotated[str | None, typer.Option(help="Design space: default, paper, or a TOML file.")] = None,
+    size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
+    sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
+    trials: Annotated[int, typer.Option(help="Trials to add to the study.")] = 40,
+    study: Annotated[str, typer.Option(help="Study name (re-running continues it).")] = "deepstack",
+    storage: Annotated[str | None, typer.Option(
+        help="sqlite:///PATH.db (default studies/<study>.db), postgresql://…, or journal:PATH.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
+    workers: Annotated[int, typer.Option(help="Processes working on the study.")] = 1,
+    out: Annotated[str | None, typer.Option(help="Folder for <study>.pareto.csv/json/html (default studies).")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Search the design space for the Pareto front of the objectives (Optuna, CP-SAT-repaired trials).
+
+    Example: deepstack optimize --objective stps,tokens_per_joule --trials 40
+    """
+    if size:
+        result = api.space_size(space)
+        report.print_json(result) if json_out else print(f"{result['raw_size']:.3e}")
+        return
+    with report.progress_bar(f"study {study}", trials, enabled=not json_out) as advance:
+        result = api.run_optimize(objective=objective, model=model, phase=phase, batch=batch, input_len=input_len,
+                                  output_len=output_len, precision=precision, space=space, sampler=sampler,
+                                  trials=trials, study=study, storage=storage, seed=seed, workers=workers, out=out,
+                                  progress=advance)
+    if json_out:
+        report.print_json(result)
+    else:
+        report.pareto(result)
+
+
+@app.command()
+def dashboard(
+    storage: Annotated[str | None, typer.Option(help="Study storage URL (default sqlite:///studies/deepstack.db).")] = (
+        None),
+    study: Annotated[str, typer.Option(help="Used for the default storage path.")] = "deepstack",
+    host: Annotated[str, typer.Option(help="Address to bind; 127.0.0.1 keeps it local.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8080,
+) -> None:
+    """Serve optuna-dashboard on the study storage (local only unless --host says otherwise).
+
+    Example: deepstack dashboard --storage sqlite:///studies/deepstack.db --port 8080
+    """
+    from deepstack.search import dashboard as dash
+
+    url = storage or f"sqlite:///studies/{study}.db"
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"deepstack: warning: serving the dashboard on {host}: anyone who can reach it sees the studies",
+              file=sys.stderr)
+    print(f"optuna-dashboard on http://{host}:{port}/ for {url} (Ctrl-C stops)", file=sys.stderr)
+    dash.serve(url, host, port)
+
+
 def _fail(message: str) -> int:
     print(f"deepstack: error: {' '.join(message.split())}", file=sys.stderr)
     return 2

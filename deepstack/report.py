@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -103,3 +104,32 @@ def evaluation(result: dict[str, Any]) -> None:
          "dram": f"{r['dram_utilization']:.0%}", "tiling": r["config"]}
         for r in rows
     ])
+
+
+@contextlib.contextmanager
+def progress_bar(label: str, total: int, enabled: bool = True):
+    """A rich progress bar; yields ``advance(done, total)``. Silent when disabled (e.g. --json)."""
+    if not enabled or total <= 0:
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda done, total: bar.update(task, completed=min(done, total))
+
+
+def pareto(result: dict[str, Any]) -> None:
+    """The Pareto table of an optimize (or sweep) result, and where the files went."""
+    objectives = result["objectives"]
+    rows = [{**{o: r[o] for o in objectives}, "chip": r.get("chip"), "noc": r.get("noc"),
+             "m": r.get("stacked_layers"), "n": r.get("connected_layers"), "sram": r.get("sram"),
+             "hop×": r.get("hop_latency_scale"), "bw×": r.get("level_bw_scales"), "schedule": r.get("schedule")}
+            for r in result["pareto"]]
+    title = f"Pareto front ({len(rows)} designs)"
+    if "study" in result:
+        title += f" of study {result['study']}: {result['trials']} trials ({result.get('added', 0)} added)"
+    table(title, rows)
+    for kind, path in result.get("files", {}).items():
+        console.print(f"{kind}: {path}")

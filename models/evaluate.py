@@ -140,8 +140,7 @@ def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], po
     used = set()
     for op in ops:
         if isinstance(op, Choice):
-            timed = [(label, [time_op(o, dev) for o in option]) for label, option in op.options]
-            label, timings = min(timed, key=lambda item: sum(t.time_s for t in item[1]))
+            label, timings = _choose(op, dev)
             rows.extend(OpRow(kind, layers * op.count, t, label) for t in timings)
         elif isinstance(op, Gemm) and op.name in partner:
             comm, result = partner[op.name]
@@ -157,6 +156,19 @@ def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], po
         hidden = compute_s if comm.name == "fsdp_weight_gather" else 0.0
         rows.append(CommRow(kind, layers, comm.name, result, hidden))
     return rows
+
+
+def _choose(op: Choice, dev: DeviceSpec) -> tuple[str, list[OpTiming]]:
+    """The fastest implementable option of a choice (an option may not fit the device's L1)."""
+    timed = []
+    for label, option in op.options:
+        try:
+            timed.append((label, [time_op(o, dev) for o in option]))
+        except ValueError:
+            continue
+    if not timed:
+        raise UserInputError(f"{op.name}: no implementation fits this device (L1 {dev.l1_B / 1024:g} KiB)")
+    return min(timed, key=lambda item: sum(t.time_s for t in item[1]))
 
 
 def _stage_rows(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: int, layout, topology) -> list[Row]:

@@ -28,7 +28,7 @@ SPLIT_K = (1, 2, 4, 8, 16)
 ACCUMULATOR_BYTES = 4.0  # FP32 accumulation
 ACCUMULATOR_SHARE_OF_L0 = 0.5  # registers left for accumulators after operands and addresses (inferred)
 L2_RESIDENT_SHARE = 0.5  # a tensor stays in L2 between operators if it fits in half of it (inferred)
-ATTENTION_KV_BLOCK = 64  # keys per pipeline stage in flash attention / flash decoding (FlashAttention-2 default)
+ATTENTION_KV_BLOCKS = (16, 32, 64, 128)  # keys per pipeline stage searched (FlashAttention-2 uses 64–128)
 WAVE_BOUNDS = ("matrix", "vector", "sfu", "l1", "l2", "dram")
 
 
@@ -277,27 +277,28 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     together so the stream is read from DRAM once when the wave's streams fit in L2."""
     best = None
     q_blocks = tuple(b for b in (16, 32, 64, 128) if b <= max(16, op.q_len)) if op.q_len > 1 else (1,)
-    max_split = max(1, op.kv_len // ATTENTION_KV_BLOCK)
+    max_split = max(1, op.kv_len // min(ATTENTION_KV_BLOCKS))
     splits = [s for s in SPLIT_K if s <= max_split] if op.q_len == 1 else [1]
     for head_block in _pow2_range(1, op.q_per_group):
         for bq in q_blocks:
             for split in splits:
-                for stages in STAGES:
-                    cand = _time_attention(op, dev, head_block, bq, split, stages)
-                    if cand is not None and (best is None or cand.time_s < best.time_s):
-                        best = cand
+                for kv_block in ATTENTION_KV_BLOCKS:
+                    for stages in STAGES:
+                        cand = _time_attention(op, dev, head_block, bq, split, stages, kv_block)
+                        if cand is not None and (best is None or cand.time_s < best.time_s):
+                            best = cand
     if best is None:
         raise ValueError(f"{op.name}: no attention tiling fits in L1 ({dev.l1_B / 1024:g} KiB)")
     return best
 
 
 def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, split: int,
-                    stages: int) -> OpTiming | None:
+                    stages: int, kv_block: int) -> OpTiming | None:
     mt, nt, kt = dev.min_tile
     clock = dev.clock_Hz
     head_block = min(head_block, op.q_per_group)
     rows = head_block * min(bq, op.q_len)  # query rows of one tile, all sharing its KV stream
-    if stages * ATTENTION_KV_BLOCK * op.kv_token_bytes + rows * (op.qk_dim + op.v_dim) * op.act_bytes > dev.l1_B:
+    if stages * kv_block * op.kv_token_bytes + rows * (op.qk_dim + op.v_dim) * op.act_bytes > dev.l1_B:
         return None
     head_blocks = math.ceil(op.q_per_group / head_block)
     q_tiles = math.ceil(op.q_len / bq)
@@ -329,7 +330,7 @@ def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, sp
         kv_B = unique_kv_B if _resident(dev, unique_kv_B) else active * kv_tile_B
         wave_B = kv_B + (active * qo_tile_B if op.q_len > 1 else 0.0)
         in_flight = min(active, streams * (1 if _resident(dev, unique_kv_B) else sharing)) * (stages - 1) * (
-            ATTENTION_KV_BLOCK * op.kv_token_bytes)
+            kv_block * op.kv_token_bytes)
         bank_s = dram_model.stream_time_s(dev.dram, wave_B, page_B)
         dram_s = _dram_time_s(dev, wave_B, in_flight, active, bank_s)
         l1_s = (kv_tile_B + qo_tile_B) / dev.l1_bw_B_per_cycle / clock  # fill and read ports work in parallel
@@ -342,7 +343,8 @@ def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, sp
     prologue = dev.dram.access_latency_s
     time_s = prologue + sum(w.count * max(w.clocked_s, w.fixed_s) for w in wave_timings)
     bound = max(wave_timings, key=lambda w: w.count * max(w.clocked_s, w.fixed_s)).bound
-    layout = f"{head_block} heads/tile, " + (f"q-block {bq}, " if op.q_len > 1 else f"split-KV {split}, ")
+    layout = f"{head_block} heads/tile, " + (f"q-block {bq}, " if op.q_len > 1 else f"split-KV {split}, ") + (
+        f"{kv_block}-key blocks, ")
     return OpTiming(
         name=op.name, kind="attention", time_s=time_s, bound=bound, matrix_flops=op.flops,
         vector_flops=op.scores * 4, sfu_ops=op.scores, dram_B=dram_total,

@@ -22,7 +22,7 @@ class SramOption(Frozen):
 
 class ScenarioAxes(Frozen):
     models: tuple[str, ...] = Field(min_length=1)
-    phases: tuple[Literal["prefill", "decode"], ...] = ("decode",)
+    phases: tuple[Literal["prefill", "decode"], ...] = Field(("decode",), min_length=1)
     batches: tuple[int, ...] = Field((1,), min_length=1)
     sequence_lengths: tuple[tuple[int, int], ...] = Field(((1024, 1024),), min_length=1,
                                                           description="(input_len, output_len) pairs")
@@ -41,13 +41,16 @@ class HardwareAxes(Frozen):
     chips: tuple[str, ...] = Field(min_length=1)
     nocs: tuple[str, ...] = Field(min_length=1)
     stacked_layers: tuple[int, ...] = Field((4,), min_length=1)
-    connected_layers: tuple[int, ...] | Literal["all"] = Field("all", description='"all": every n ≤ m')
-    sram: tuple[SramOption, ...] = (SramOption(name="base"),)
-    hop_latency_scale: tuple[float, ...] = (1.0,)
-    level_bw_scale: tuple[float, ...] = Field((1.0,), description="applied to each level independently")
+    connected_layers: tuple[int, ...] | Literal["all"] = Field("all", min_length=1, description='"all": every n ≤ m')
+    sram: tuple[SramOption, ...] = Field((SramOption(name="base"),), min_length=1)
+    hop_latency_scale: tuple[float, ...] = Field((1.0,), min_length=1)
+    level_bw_scale: tuple[float, ...] = Field((1.0,), min_length=1, description="applied to each level independently")
 
     @model_validator(mode="after")
     def _ranges(self) -> HardwareAxes:
+        names = [option.name for option in self.sram]
+        if len(set(names)) != len(names):
+            raise ValueError("sram option names must be unique")
         if any(not 1 <= m <= MAX_STACKED_LAYERS for m in self.stacked_layers):
             raise ValueError(f"stacked_layers must be in 1..{MAX_STACKED_LAYERS}")
         if self.connected_layers != "all" and any(not 1 <= n <= MAX_STACKED_LAYERS for n in self.connected_layers):
@@ -58,9 +61,9 @@ class HardwareAxes(Frozen):
 
 
 class ScheduleAxes(Frozen):
-    fsdp: tuple[bool, ...] = (False, True)
-    per_module: bool = True
-    collective_algorithms: tuple[Algorithm, ...] = ("auto",)
+    fsdp: tuple[bool, ...] = Field((False, True), min_length=1)
+    per_module: bool = False
+    collective_algorithms: tuple[Algorithm, ...] = Field(("auto",), min_length=1)
     single_chip_schedules: int = Field(64, ge=1, description="operator schedules per strategy (paper §4.2.2)")
 
 

@@ -1,0 +1,45 @@
+"""optuna-dashboard on a study storage (served with the standard library's WSGI server)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+from deepstack.errors import UserInputError
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args) -> None:
+        pass
+
+
+def app(storage_url: str):
+    """The dashboard's WSGI application for ``storage_url`` (SQLite file must exist)."""
+    import optuna_dashboard
+
+    if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
+        raise UserInputError(f"--storage: no study database at {storage_url.removeprefix('sqlite:///')}")
+    try:
+        return optuna_dashboard.wsgi(storage_url)
+    except Exception as exc:
+        raise UserInputError(f"--storage: cannot open {storage_url!r}: {str(exc).splitlines()[0][:200]}") from None
+
+
+def make(storage_url: str, host: str, port: int):
+    """A WSGI server bound to (host, port), not yet serving."""
+    if not 0 <= port <= 65535:
+        raise UserInputError(f"--port: must be in 0..65535 (got {port})")
+    try:
+        return make_server(host, port, app(storage_url), handler_class=_QuietHandler)
+    except OSError as exc:
+        raise UserInputError(f"--host/--port: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def serve(storage_url: str, host: str, port: int) -> None:
+    server = make(storage_url, host, port)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

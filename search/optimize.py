@@ -1,0 +1,335 @@
+"""Multi-objective search with Optuna (the only module importing optuna; DESIGN.md §5).
+
+A trial proposes a hardware point and a schedule; CP-SAT repairs it to the nearest feasible point (area,
+stacking, memory, pruning rules), so every evaluated trial is feasible by construction; thermal limits, known
+only after evaluating, go through Optuna's constraint API. Studies live in an RDB (SQLite by default) or a
+journal file and resume: re-running the same command adds ``trials`` more; a killed run loses no completed
+trial (each trial commits on completion, and heartbeats let a later run fail a killed worker's trial).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import multiprocessing
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+from deepstack.errors import UserInputError
+from deepstack.models.evaluate import evaluate
+from deepstack.models.parallel import Strategy
+from deepstack.models.schedule_search import OBJECTIVES
+from deepstack.schema import DesignSpace, Scenario
+from deepstack.search import pareto
+from deepstack.search.feasibility import DIMS, Proposal, _feasibility, divisors
+from deepstack.search.space import HardwarePoint, design_point, load_space, scenarios
+
+SAMPLERS = ("nsga2", "tpe")
+# heartbeats and fail_stale_trials are marked experimental in Optuna 5 but are the documented recovery path
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+HEARTBEAT_INTERVAL_S = 5  # a running trial refreshes its heartbeat this often (RDB storages only)
+HEARTBEAT_GRACE_S = 20  # a trial silent this long belongs to a killed worker and is failed on resume
+SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead of failing
+
+
+def parse_objectives(text: str) -> list[str]:
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UserInputError(f"--objective: give one or more of {', '.join(OBJECTIVES)}")
+    for name in names:
+        if name not in OBJECTIVES:
+            raise UserInputError(f"--objective: unknown objective {name!r}; allowed: {', '.join(OBJECTIVES)}")
+    if len(set(names)) != len(names):
+        raise UserInputError("--objective: each objective may appear once")
+    return names
+
+
+def default_storage(study: str) -> str:
+    return f"sqlite:///studies/{study}.db"
+
+
+def open_storage(url: str):
+    """An Optuna storage for ``url``: SQLite/PostgreSQL (RDB, with heartbeats) or ``journal:PATH``."""
+    try:
+        if url.startswith("journal:") or url.endswith((".log", ".journal")):
+            path = url.removeprefix("journal:")
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
+        else:
+            kwargs = {}
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                                          grace_period=HEARTBEAT_GRACE_S)
+    except Exception as exc:  # SQLAlchemy raises many types; any of them means the URL is unusable
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserInputError(f"--storage: cannot open {url!r}: {first[:200]}") from None
+
+
+def _sampler(name: str, seed: int | None):
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+    raise UserInputError(f"--sampler: must be one of {', '.join(SAMPLERS)} (got {name!r})")
+
+
+def _directions(objectives: list[str]) -> list[str]:
+    return ["maximize" if OBJECTIVES[o][1] else "minimize" for o in objectives]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """What a study optimises: a space, one scenario, the objectives."""
+
+    space: DesignSpace
+    scenario: Scenario
+    objectives: tuple[str, ...]
+
+    @property
+    def feasibility(self):
+        return _feasibility(self.space, self.scenario)
+
+
+def _suggest(trial: optuna.trial.Trial, problem: Problem) -> Proposal:
+    f = problem.feasibility
+    hw = problem.space.hardware
+    chip = trial.suggest_categorical("chip", f.chips)
+    noc = trial.suggest_categorical("noc", f.nocs)
+    m = trial.suggest_categorical("stacked_layers", [str(v) for v in f.stacked])
+    n = trial.suggest_int("connected_layers", 1, max(f.stacked))
+    sram = trial.suggest_categorical("sram", f.srams)
+    hop = trial.suggest_categorical("hop_latency_scale", [f"{v:g}" for v in hw.hop_latency_scale])
+    bws = tuple(float(trial.suggest_categorical(f"bw_scale_L{i + 1}", [f"{v:g}" for v in hw.level_bw_scale]))
+                for i in range(f.levels))
+    divs = [str(d) for d in divisors(f.n)]
+    degrees = {d: int(trial.suggest_categorical(d, divs)) for d in DIMS if d != "dp"}
+    rest = f.n // math.prod(degrees.values()) if f.n % math.prod(degrees.values()) == 0 else 1
+    fsdp = trial.suggest_categorical("fsdp", [str(v).lower() for v in f.fsdp]) == "true"
+    levels = _noc_levels(noc)
+    point = HardwarePoint(chip, noc, int(m), n, sram, float(hop), bws[:levels])
+    return Proposal(point, Strategy(degrees["tp"], degrees["ep"], degrees["sp"], degrees["cp"], max(rest, 1),
+                                    degrees["pp"], fsdp))
+
+
+def _noc_levels(noc: str) -> int:
+    from deepstack import catalog
+
+    return len(catalog.load("nocs", noc).levels)
+
+
+_REPORTS: dict = {}  # repaired point → report, per process (NSGA-II revisits points)
+
+
+def evaluate_proposal(problem: Problem, proposal: Proposal) -> tuple[Proposal, dict]:
+    """Repair (CP-SAT) then evaluate; returns the evaluated point and its report."""
+    repaired = problem.feasibility.repair(proposal)
+    key = (problem, repaired)
+    if key not in _REPORTS:
+        point = design_point(problem.space, repaired.hardware, problem.scenario, repaired.strategy.to_schedule())
+        report = evaluate(point, with_ttft="ttft" in problem.objectives).as_dict()
+        _REPORTS[key] = report
+    return repaired, _REPORTS[key]
+
+
+def _objective(problem: Problem):
+    def run(trial: optuna.trial.Trial) -> list[float]:
+        proposal = _suggest(trial, problem)
+        repaired, report = evaluate_proposal(problem, proposal)
+        metrics = report["metrics"]
+        trial.set_user_attr("design", {**repaired.hardware.as_dict(), "schedule": repaired.strategy.label,
+                                       "fsdp": repaired.strategy.fsdp})
+        trial.set_user_attr("repaired", repaired != proposal)
+        trial.set_user_attr("report", _jsonable(report))
+        temperature, limit = metrics["temperature_c"], _thermal_limit(problem, repaired)
+        trial.set_constraint("thermal_c_over_limit", temperature - limit)
+        return [metrics[OBJECTIVES[o][0]] for o in problem.objectives]
+
+    return run
+
+
+def _thermal_limit(problem: Problem, repaired: Proposal) -> float:
+    from deepstack import catalog
+
+    return catalog.load("chips", repaired.hardware.chip).thermal.target_c
+
+
+def _jsonable(data):
+    return json.loads(json.dumps(data, default=str, allow_nan=True).replace("NaN", "null"))
+
+
+def _worker(args: tuple) -> None:
+    """One worker process: load the study and run its share of trials (spawned, so nothing is inherited)."""
+    storage_url, study_name, space_name, scenario_json, objectives, sampler, seed, trials = args
+    problem = Problem(load_space(space_name), Scenario.model_validate_json(scenario_json), tuple(objectives))
+    storage = open_storage(storage_url)
+    study = optuna.load_study(study_name=study_name, storage=storage, sampler=_sampler(sampler, seed))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study.optimize(_objective(problem), n_trials=trials, gc_after_trial=False)
+
+
+@dataclass
+class OptimizeResult:
+    study: str
+    storage: str
+    trials: int
+    added: int
+    objectives: list[str]
+    pareto: list[dict]
+    files: dict[str, str]
+    wall_s: float
+
+
+def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | None, sampler: str = "nsga2",
+             trials: int = 40, study: str = "deepstack", storage: str | None = None, seed: int | None = None,
+             workers: int = 1, out: str | None = None,
+             progress: Callable[[int, int], None] | None = None) -> OptimizeResult:
+    """Create or resume a study and add ``trials`` trials; write the Pareto front files."""
+    if trials < 0 or trials > 1_000_000:
+        raise UserInputError(f"--trials: must be in 0..1000000 (got {trials})")
+    if not 1 <= workers <= 64:
+        raise UserInputError(f"--workers: must be in 1..64 (got {workers})")
+    _sampler(sampler, seed)  # validate the name before touching any storage
+    design_space = load_space(space)
+    if scenario is None:
+        scenario = scenarios(design_space)[0]
+    problem = Problem(design_space, scenario, tuple(objectives))
+    problem.feasibility.repair(_any_proposal(problem))  # fail fast (one line) if the space is infeasible
+    storage_url = storage or default_storage(study)
+    store = open_storage(storage_url)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        the_study = optuna.create_study(study_name=study, storage=store, directions=_directions(objectives),
+                                        sampler=_sampler(sampler, seed), load_if_exists=True)
+    except Exception as exc:
+        raise UserInputError(f"--storage: cannot use study {study!r} at {storage_url!r}: "
+                             f"{str(exc).splitlines()[0][:200]}") from None
+    _check_same_problem(the_study, problem, space)
+    if isinstance(store, optuna.storages.RDBStorage):
+        optuna.storages.fail_stale_trials(the_study)  # a killed worker's RUNNING trial becomes FAIL
+    before = _completed(the_study)
+    started = time.perf_counter()
+    if workers == 1:
+        callbacks = [lambda s, t: progress(_completed(s) - before, trials)] if progress else []
+        the_study.optimize(_objective(problem), n_trials=trials, callbacks=callbacks, gc_after_trial=False)
+    else:
+        _run_workers(problem, storage_url, study, space, sampler, seed, trials, workers, the_study, before, progress)
+    wall = time.perf_counter() - started
+    front = pareto_front(the_study, list(objectives))
+    files = write_front(front, the_study, list(objectives), Path(out or "studies"), study)
+    return OptimizeResult(study, storage_url, _completed(the_study), _completed(the_study) - before,
+                          list(objectives), front, files, wall)
+
+
+def _any_proposal(problem: Problem) -> Proposal:
+    f = problem.feasibility
+    hw = problem.space.hardware
+    return Proposal(HardwarePoint(f.chips[0], f.nocs[0], f.stacked[0], 1, f.srams[0], hw.hop_latency_scale[0],
+                                  (hw.level_bw_scale[0],) * _noc_levels(f.nocs[0])), Strategy(dp=f.n))
+
+
+def _check_same_problem(study, problem: Problem, space: str | None) -> None:
+    """A study keeps one problem: resuming it with other objectives or another scenario is refused."""
+    signature = {"objectives": list(problem.objectives), "scenario": problem.scenario.model_dump(mode="json"),
+                 "space": problem.space.name}
+    stored = study.user_attrs.get("problem")
+    if stored is None:
+        study.set_user_attr("problem", signature)
+    elif stored != signature:
+        raise UserInputError(
+            f"--study {study.study_name}: this study was created for {stored['objectives']} on space "
+            f"{stored['space']!r} with another scenario; use a new --study name"
+        )
+
+
+def _completed(study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+
+
+def _run_workers(problem, storage_url, study, space, sampler, seed, trials, workers, the_study, before, progress):
+    shares = [trials // workers + (1 if i < trials % workers else 0) for i in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    args = [(storage_url, study, space, problem.scenario.model_dump_json(), list(problem.objectives), sampler,
+             None if seed is None else seed + i, share) for i, share in enumerate(shares) if share]
+    processes = [context.Process(target=_worker, args=(a,)) for a in args]
+    for p in processes:
+        p.start()
+    while any(p.is_alive() for p in processes):
+        if progress:
+            progress(_completed(the_study) - before, trials)
+        time.sleep(0.5)
+    for p in processes:
+        p.join()
+    failed = [p.exitcode for p in processes if p.exitcode]
+    if failed:
+        raise UserInputError(f"--workers: {len(failed)} worker(s) failed (exit codes {failed}); completed trials "
+                             "are kept in the study, re-run to finish")
+
+
+def pareto_front(study, objectives: list[str]) -> list[dict]:
+    """Thermally feasible, completed trials that no other dominates (each with its design and metrics)."""
+    rows = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        constraints = t.system_attrs.get("constraints") or []
+        if any(c > 0 for c in constraints) or t.values is None:
+            continue
+        rows.append(t)
+    if not rows:
+        return []
+    values = np.array([t.values for t in rows], dtype=float)
+    mask = pareto.nondominated_mask(values, objectives)
+    front = []
+    seen = set()
+    for t, keep in zip(rows, mask, strict=True):
+        design = t.user_attrs.get("design", {})
+        key = json.dumps(design, sort_keys=True)
+        if not keep or key in seen:
+            continue
+        seen.add(key)
+        front.append({**{o: v for o, v in zip(objectives, t.values, strict=True)}, "trial": t.number, **design})
+    return sorted(front, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
+
+
+def write_front(front: list[dict], study, objectives: list[str], out: Path, name: str) -> dict[str, str]:
+    out.mkdir(parents=True, exist_ok=True)
+    base = out / f"{name}.pareto"
+    files = {"csv": str(base) + ".csv", "json": str(base) + ".json", "html": str(base) + ".html"}
+    with open(files["json"], "w") as fh:
+        json.dump({"study": name, "objectives": objectives, "pareto": front}, fh, indent=2, default=str)
+    columns = list(front[0]) if front else objectives
+    with open(files["csv"], "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        for row in front:
+            writer.writerow({k: (json.dumps(v) if isinstance(v, list | dict) else v) for k, v in row.items()})
+    _plot(study, front, objectives, files["html"])
+    return files
+
+
+def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:
+    import plotly.graph_objects as go
+
+    trials = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
+    x_name, y_name = objectives[0], objectives[1] if len(objectives) > 1 else objectives[0]
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=[t.values[0] for t in trials], y=[t.values[1 if len(objectives) > 1 else 0] for t in trials],
+        mode="markers", name="trials", marker={"color": "lightgray"},
+        text=[json.dumps(t.user_attrs.get("design", {})) for t in trials]))
+    fig.add_trace(go.Scatter(
+        x=[r[x_name] for r in front], y=[r[y_name] for r in front], mode="markers+lines", name="Pareto front",
+        text=[f"{r.get('chip')}/{r.get('noc')} m{r.get('stacked_layers')}n{r.get('connected_layers')} "
+              f"{r.get('schedule')}" for r in front]))
+    fig.update_layout(title=f"{study.study_name}: {x_name} vs {y_name}", xaxis_title=x_name, yaxis_title=y_name)
+    with contextlib.suppress(OSError):
+        fig.write_html(path, include_plotlyjs=True)  # self-contained: readable offline

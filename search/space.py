@@ -1,0 +1,166 @@
+"""Design spaces: loading, their axes as concrete points, and the raw size (paper §4.2.2)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from deepstack import catalog
+from deepstack.errors import UserInputError
+from deepstack.models.evaluate import DesignPoint
+from deepstack.models.parallel import enumerate_strategies
+from deepstack.schema import DesignSpace, Network, Scenario, Schedule, load_file, validate
+from deepstack.schema.hardware import ChipArchitecture
+
+MAX_USEFUL_LAYERS = 10  # paper §4.2.3: m > 10 is Pareto-dominated (pruned before any evaluation)
+
+
+SPACES_DIR = Path(__file__).resolve().parent / "spaces"  # package data, installed beside this module
+
+
+def space_names() -> tuple[str, ...]:
+    folder = SPACES_DIR
+    return tuple(sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")))
+
+
+@functools.cache
+def load_space(value: str | None) -> DesignSpace:
+    """A design space by name (``default``, ``paper``, …) or path; ``None`` is the embedded default."""
+    value = (value or "default").strip()
+    if value.lower().endswith((".toml", ".yaml", ".yml", ".json")) or "/" in value:
+        return load_file(value, expected_kind="space")
+    if value not in space_names():
+        raise UserInputError(f"--space: unknown space {value!r}; allowed: {', '.join(space_names())} or a file path")
+    path = SPACES_DIR / f"{value}.toml"
+    return load_file(path, expected_kind="space")
+
+
+@dataclass(frozen=True, order=True)
+class HardwarePoint:
+    """One hardware choice of a space (file units: scales are multipliers)."""
+
+    chip: str
+    noc: str
+    stacked_layers: int | None  # None for 2.5D (HBM) chips
+    connected_layers: int | None
+    sram: str
+    hop_latency_scale: float = 1.0
+    level_bw_scales: tuple[float, ...] = ()
+
+    @property
+    def label(self) -> str:
+        stack = f"m{self.stacked_layers}n{self.connected_layers}" if self.stacked_layers else "hbm"
+        bw = "x".join(f"{s:g}" for s in self.level_bw_scales)
+        return f"{self.chip}/{self.noc}/{stack}/{self.sram}/lat{self.hop_latency_scale:g}/bw{bw}"
+
+    def as_dict(self) -> dict:
+        return {"chip": self.chip, "noc": self.noc, "stacked_layers": self.stacked_layers,
+                "connected_layers": self.connected_layers, "sram": self.sram,
+                "hop_latency_scale": self.hop_latency_scale, "level_bw_scales": list(self.level_bw_scales)}
+
+
+def scenarios(space: DesignSpace) -> list[Scenario]:
+    axes = space.scenarios
+    out = []
+    for model in axes.models:
+        for phase in axes.phases:
+            for batch in axes.batches:
+                for input_len, output_len in axes.sequence_lengths:
+                    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len,
+                            "output_len": output_len}
+                    if axes.precision:
+                        data["precision"] = axes.precision
+                    out.append(validate(Scenario, data, origin=f"space {space.name} scenario"))
+    return out
+
+
+def stacking_pairs(space: DesignSpace, chip: ChipArchitecture, prune: bool = True) -> list[tuple]:
+    """(m, n) pairs of a 3D chip: every listed m (≤ 10 when pruning, §4.2.3) with n ≤ m."""
+    if not chip.is_3d:
+        return [(None, None)]
+    hw = space.hardware
+    pairs = []
+    for m in hw.stacked_layers:
+        if prune and m > MAX_USEFUL_LAYERS:
+            continue
+        ns = range(1, m + 1) if hw.connected_layers == "all" else [n for n in hw.connected_layers if n <= m]
+        pairs.extend((m, n) for n in ns)
+    return pairs
+
+
+def base_points(space: DesignSpace, prune: bool = True) -> list[HardwarePoint]:
+    """Tier-1 hardware: chip × NoC × stacking × SRAM at nominal hop latency and link bandwidth."""
+    hw = space.hardware
+    out = []
+    for chip_name in hw.chips:
+        chip = catalog.load("chips", chip_name)
+        for noc in hw.nocs:
+            for m, n in stacking_pairs(space, chip, prune):
+                for sram in hw.sram:
+                    levels = len(catalog.load("nocs", noc).levels)
+                    out.append(HardwarePoint(chip_name, noc, m, n, sram.name, 1.0, (1.0,) * levels))
+    return out
+
+
+def with_hop_latency(point: HardwarePoint, scale: float) -> HardwarePoint:
+    return HardwarePoint(**{**point.__dict__, "hop_latency_scale": scale})
+
+
+def with_level_bw(point: HardwarePoint, scales: tuple[float, ...]) -> HardwarePoint:
+    return HardwarePoint(**{**point.__dict__, "level_bw_scales": tuple(scales)})
+
+
+@functools.lru_cache(maxsize=4096)
+def scaled_network(noc: str, hop_latency_scale: float, level_bw_scales: tuple[float, ...]) -> Network:
+    """A catalog NoC with every hop latency and each level's link bandwidth scaled."""
+    base = catalog.load("nocs", noc)
+    scales = level_bw_scales or (1.0,) * len(base.levels)
+    if len(scales) != len(base.levels):
+        raise UserInputError(f"level bandwidth scales: {noc} has {len(base.levels)} levels, got {len(scales)}")
+    levels = tuple(level.model_copy(update={"hop_latency_ns": level.hop_latency_ns * hop_latency_scale,
+                                            "link_bw_GBps": level.link_bw_GBps * s})
+                   for level, s in zip(base.levels, scales, strict=True))
+    if hop_latency_scale == 1.0 and all(s == 1.0 for s in scales):
+        return base
+    return base.model_copy(update={"levels": levels, "name": f"{noc}*"})
+
+
+def design_point(space: DesignSpace, hw: HardwarePoint, scenario: Scenario,
+                 schedule: Schedule | None = None) -> DesignPoint:
+    sram = next(option for option in space.hardware.sram if option.name == hw.sram)
+    return DesignPoint(
+        chip=catalog.load("chips", hw.chip), scenario=scenario, schedule=schedule or Schedule(),
+        network=scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
+        stacked_layers=hw.stacked_layers, connected_layers=hw.connected_layers,
+        sram=None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
+        and sram.l1_bw_scale == 1.0 else sram,
+    )
+
+
+def raw_size(space: DesignSpace) -> int:
+    """Points of the unpruned space (paper §4.2.2): scenarios × Σ over chip × NoC of stacking × SRAM × hop
+    latencies × bandwidth scales per level × (strategies of N × collective algorithms × single-chip schedules)."""
+    hw, sched = space.hardware, space.schedule
+    total = 0
+    for chip_name in hw.chips:
+        chip = catalog.load("chips", chip_name)
+        for noc_name in hw.nocs:
+            noc = catalog.load("nocs", noc_name)
+            # enumerate_strategies pairs every factorization with FSDP off and on
+            strategies = len(enumerate_strategies(noc.devices)) // 2 * len(set(sched.fsdp))
+            hardware = (len(stacking_pairs(space, chip, prune=False)) * len(hw.sram) * len(hw.hop_latency_scale)
+                        * len(hw.level_bw_scale) ** len(noc.levels))
+            total += hardware * strategies * len(sched.collective_algorithms) * sched.single_chip_schedules
+    scenario_count = (len(space.scenarios.models) * len(space.scenarios.phases) * len(space.scenarios.batches)
+                      * len(space.scenarios.sequence_lengths))
+    return total * scenario_count
+
+
+def devices_of(space: DesignSpace) -> set[int]:
+    return {catalog.load("nocs", noc).devices for noc in space.hardware.nocs}
+
+
+def log10(value: float) -> float:
+    return math.log10(value) if value > 0 else float("-inf")
