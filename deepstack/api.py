@@ -275,3 +275,36 @@ def space_size(space: str | None) -> dict[str, Any]:
     s = load_space(space)
     size = raw_size(s)
     return {"space": s.name, "raw_size": size, "log10": math.log10(size)}
+
+
+def _scenario_or_space(space: str | None, model, phase, batch, input_len, output_len, precision) -> Scenario:
+    from deepstack.search.space import load_space, scenarios
+
+    first = scenarios(load_space(space))[0]
+    return build_scenario(model or first.model.name, phase or first.phase, batch or first.batch,
+                          input_len or first.input_len, output_len or first.output_len,
+                          precision or (str(first.precision) if model is None else None))
+
+
+def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None, batch: int | None,
+              input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
+              workers: int | None, out: str | None) -> dict[str, Any]:
+    from deepstack.search import optimize as opt
+    from deepstack.search import sweep as sw
+
+    objectives = opt.parse_objectives(objective)
+    scenario = _scenario_or_space(space, model, phase, batch, input_len, output_len, precision)
+    folder = out or f"studies/sweep-{mode}"
+    result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
+                      workers=workers, with_ttft="ttft" in objectives)
+    return {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
+            "wall_s": result.wall_s, "out": result.out, "objectives": result.objectives, "tiers": result.tiers,
+            "pareto": result.pareto,
+            "files": {"points": f"{folder}/points.csv", "pareto": f"{folder}/pareto.csv",
+                      "summary": f"{folder}/summary.json"}}
+
+
+def run_compare(*, study: str, storage: str | None, sweep_dir: str) -> dict[str, Any]:
+    from deepstack.search.compare import compare
+
+    return compare(study=study, storage=storage or f"sqlite:///studies/{study}.db", sweep_dir=sweep_dir)

@@ -223,6 +223,62 @@ def optimize(
 
 
 @app.command()
+def sweep(
+    mode: Annotated[str, typer.Option(help="hierarchical (paper §4.2.3) or exhaustive (small spaces).")] = (
+        "hierarchical"),
+    objective: Annotated[str, typer.Option(help="Objectives of the front; the first ranks the tiers.")] = (
+        "stps,tokens_per_joule"),
+    model: Annotated[str | None, typer.Option(help="LLM (default: the space's scenario).")] = None,
+    phase: Annotated[str | None, typer.Option(help="prefill or decode.")] = None,
+    batch: Annotated[int | None, typer.Option(help="Requests served together.")] = None,
+    input_len: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
+    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request.")] = None,
+    precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")] = None,
+    space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Local processes (default: up to 2).")] = None,
+    out: Annotated[str | None, typer.Option(help="Output folder (default studies/sweep-<mode>).")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Evaluate a space exhaustively or hierarchically; write every point and the Pareto front.
+
+    Example: deepstack sweep --mode exhaustive --space small --out studies/small-sweep
+    """
+    result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
+                           input_len=input_len, output_len=output_len, precision=precision, space=space,
+                           workers=workers, out=out)
+    if json_out:
+        report.print_json(result)
+        return
+    report.table(f"{result['mode']} sweep: {result['evaluations']} evaluations of {result['hardware_points']} "
+                 f"hardware points in {result['wall_s']:.1f} s", result["tiers"])
+    report.pareto(result)
+
+
+@app.command()
+def compare(
+    study: Annotated[str, typer.Option(help="The Optuna study.")],
+    sweep_dir: Annotated[str, typer.Option("--sweep", help="Folder of a finished sweep of the same space.")],
+    storage: Annotated[str | None, typer.Option(help="Study storage (default sqlite:///studies/<study>.db).")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Hypervolume of a study's front relative to an exhaustive sweep's, and what each spent.
+
+    Example: deepstack compare --study small --sweep studies/small-sweep
+    """
+    result = api.run_compare(study=study, storage=storage, sweep_dir=sweep_dir)
+    if json_out:
+        report.print_json(result)
+        return
+    s, w = result["study"], result["sweep"]
+    report.table(f"hypervolume ratio {result['hypervolume_ratio']:.4f} with {result['evaluation_share']:.2%} of "
+                 "the evaluations", [
+                     {"side": f"study {s['name']}", "hypervolume": s["hypervolume"], "evaluations": s["evaluations"],
+                      "wall_s": s["wall_s"], "front": s["front_size"]},
+                     {"side": f"sweep ({w['mode']})", "hypervolume": w["hypervolume"],
+                      "evaluations": w["evaluations"], "wall_s": w["wall_s"], "front": w["front_size"]}])
+
+
+@app.command()
 def dashboard(
     storage: Annotated[str | None, typer.Option(help="Study storage URL (default sqlite:///studies/deepstack.db).")] = (
         None),

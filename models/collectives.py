@@ -57,14 +57,9 @@ import numpy as np
 
 from deepstack.errors import UserInputError
 from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, level_loads, route_batch
+from deepstack.schema.schedule import ALGORITHMS_FOR
 
-ALGORITHMS: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical"),
-    "all_gather": ("ring", "halving_doubling", "direct"),
-    "reduce_scatter": ("ring", "halving_doubling", "direct"),
-    "all_to_all": ("direct", "pairwise"),
-    "send_recv": ("direct",),
-}
+ALGORITHMS: dict[str, tuple[str, ...]] = ALGORITHMS_FOR  # one table, shared with the schema's validation
 OPS = tuple(ALGORITHMS)
 
 # Largest chunk count tried for the double-tree pipeline (a search bound, not a hardware constant).
@@ -398,11 +393,16 @@ def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopo
 
 @functools.lru_cache(maxsize=2048)
 def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
-    """Fastest applicable algorithm (first listed wins ties) and the time of every applicable one."""
+    """Fastest applicable algorithm (first listed wins ties) and the time of every applicable one.
+
+    Pairwise all-to-all is skipped: its p−1 steps partition the direct algorithm's flows, so under eq. 4 each
+    link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
+    instead of one — it can never be faster than direct here, and it is the costliest to route.
+    """
     runs = [
         _run(op, algorithm, S, groups, topology, overhead_s)
         for algorithm in ALGORITHMS[op]
-        if _unavailable(op, algorithm, groups, topology) is None
+        if _unavailable(op, algorithm, groups, topology) is None and (op, algorithm) != ("all_to_all", "pairwise")
     ]
     best = min(runs, key=lambda run: run.time_s)
     return best, tuple((run.algorithm, run.time_s) for run in runs)

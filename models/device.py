@@ -39,7 +39,9 @@ class DramSpec:
 class DeviceSpec:
     """One device (a 3D-stack cluster or a 2.5D die) at its nominal clock, SI units."""
 
-    name: str
+    # Fields that do not change an operator's timing are left out of equality and hashing, so operator and
+    # collective results are shared by every device that times the same (memoisation, DESIGN.md §3).
+    name: str = field(compare=False)
     is_3d: bool
     pes: int
     clock_Hz: float
@@ -54,12 +56,12 @@ class DeviceSpec:
     min_tile: tuple[int, int, int]
     wgmma: bool
     dram: DramSpec
-    tdp_W: float
-    area: area_model.AreaBreakdown
-    ambient_c: float
-    target_c: float
-    hard_limit_c: float
-    device_area_mm2: float
+    tdp_W: float = field(compare=False)
+    area: area_model.AreaBreakdown = field(compare=False)
+    ambient_c: float = field(compare=False)
+    target_c: float = field(compare=False)
+    hard_limit_c: float = field(compare=False)
+    device_area_mm2: float = field(compare=False)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property

@@ -170,9 +170,11 @@ def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
         traffic[c.dim] = traffic.get(c.dim, 0.0) + c.bytes_per_rank
     attention_dims = [("a_tp", a.tp), ("a_sp", a.sp), ("a_cp", a.cp), ("a_dp", a.dp * a.ep)]
     ffn_dims = [("f_tp", f.tp), ("f_ep", f.ep), ("f_dp", f.dp * f.sp * f.cp)]
-    # keep TP innermost in both modules on ties so flat schedules map both modules identically
-    attention_layout = (*network.order_by_intensity(attention_dims, traffic), ("pp", schedule.pp))
-    ffn_layout = (*network.order_by_intensity(ffn_dims, traffic), ("pp", schedule.pp))
+    # TP is innermost in both modules (paper §4.1.4: the most intensive pairs, e.g. TP, are mapped adjacent), so
+    # both modules' TP groups are the same devices holding the same tokens; the rest follow their traffic
+    attention_layout = (attention_dims[0], *network.order_by_intensity(attention_dims[1:], traffic),
+                        ("pp", schedule.pp))
+    ffn_layout = (ffn_dims[0], *network.order_by_intensity(ffn_dims[1:], traffic), ("pp", schedule.pp))
     return Layouts(attention_layout, ffn_layout, schedule.devices)
 
 
@@ -188,10 +190,7 @@ def time_comm(comm: CommOp, layout: Layouts, topology: network.NetworkTopology,
     groups = layout.groups(comm.dim)
     if len(groups[0]) < 2 or comm.bytes_per_rank <= 0:
         return None
-    algorithm = schedule.algorithm(comm.op)
-    if algorithm != "auto" and algorithm not in collectives.algorithms(comm.op):
-        algorithm = "auto"  # a choice made for another collective kind does not apply to this one
-    return comm_time(comm, groups, topology, algorithm)
+    return comm_time(comm, groups, topology, schedule.algorithm(comm.op))
 
 
 def topology_of(net: Network) -> network.NetworkTopology:

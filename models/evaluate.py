@@ -291,8 +291,7 @@ def check_schedule(point: DesignPoint) -> None:
         raise UserInputError(
             f"--parallel: the schedule uses {s.devices} devices but {point.network.name} has {point.network.devices}"
         )
-    if point.network is None and (s.devices != s.attention.dp * s.attention.ep or s.ffn.devices != s.ffn.dp * s.ffn.ep
-                                  or s.pp > 1):
+    if point.network is None and (s.devices != s.attention.dp or s.ffn.devices != s.ffn.dp or s.pp > 1):
         raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")
 
 

@@ -157,14 +157,18 @@ def overlap_time_s(waves: int, total_comp_s: float, comm_bw_s: float, latency_s:
     """Eq. 5: tile-wave pipeline of compute and the communication it feeds (or is fed by).
 
     τ_comp and τ_comm are the per-wave shares of the compute and of the collective's bandwidth time; the
-    collective's zero-load latency L_net cannot be hidden. One wave (or none) serialises.
+    collective's zero-load latency L_net cannot be hidden. One wave (or none) serialises. Eq. 5 as printed adds
+    L_net in the epilogue and again in the steady state, which exceeds running serially when the latency is
+    larger than the compute it could hide behind; a scheduler would then not pipeline, so the result is capped
+    at the serial time.
     """
+    serial = total_comp_s + comm_bw_s + latency_s
     if waves <= 1:
-        return total_comp_s + comm_bw_s + latency_s
+        return serial
     tau_comp = total_comp_s / waves
     tau_comm = comm_bw_s / waves
     steady = max((waves - 1) * tau_comp, (waves - 1) * tau_comm + latency_s)
-    return tau_comp + (tau_comm + latency_s) + steady
+    return min(serial, tau_comp + (tau_comm + latency_s) + steady)
 
 
 @functools.lru_cache(maxsize=65536)

@@ -54,21 +54,16 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
             f"no schedule of {devices} devices fits: {dict(pruned)} strategies pruned by rule "
             f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
         )
-    results = []
+    evaluated = []
     for strategy in kept:
-        candidate = DesignPoint(**{**point.__dict__, "schedule": strategy.to_schedule()})
-        results.append(evaluate(candidate, with_ttft=False))
-    results.sort(key=lambda r: (r.feasible, _score(r, objective)), reverse=True)
-    best_point = DesignPoint(**{**point.__dict__, "schedule": _schedule_of(results[0])})
-    best = evaluate(best_point, with_ttft=True)
+        schedule = strategy.to_schedule().model_copy(update={"collectives": point.schedule.collectives})
+        candidate = DesignPoint(**{**point.__dict__, "schedule": schedule})
+        evaluated.append((evaluate(candidate, with_ttft=False), candidate))
+    evaluated.sort(key=lambda item: (item[0].feasible, _score(item[0], objective)), reverse=True)
+    results = [report for report, _ in evaluated]
+    best = evaluate(evaluated[0][1], with_ttft=True)
     ranking = [{"schedule": r.schedule["text"], "feasible": r.feasible, OBJECTIVES[objective][0]:
                 r.metrics[OBJECTIVES[objective][0]]} for r in results]
     return ScheduleSearch(best=best, considered=len(enumerate_strategies(devices)), evaluated=len(results),
                           pruned=dict(pruned), ranking=ranking[:TOP_REPORTED], ranking_all=ranking)
 
-
-def _schedule_of(report: Report):
-    from deepstack.schema import Schedule
-
-    s = report.schedule
-    return Schedule(attention=s["attention"], ffn=s["ffn"], pp=s["pp"], fsdp=s["fsdp"])

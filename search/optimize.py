@@ -333,3 +333,22 @@ def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:
     fig.update_layout(title=f"{study.study_name}: {x_name} vs {y_name}", xaxis_title=x_name, yaxis_title=y_name)
     with contextlib.suppress(OSError):
         fig.write_html(path, include_plotlyjs=True)  # self-contained: readable offline
+
+
+def study_points(storage: str, study: str) -> tuple[list[str], np.ndarray, int, float]:
+    """(objectives, values of thermally feasible completed trials, completed trials, wall seconds) of a study."""
+    store = open_storage(storage)
+    try:
+        the_study = optuna.load_study(study_name=study, storage=store)
+    except KeyError:
+        raise UserInputError(f"--study: no study named {study!r} in {storage}") from None
+    problem = the_study.user_attrs.get("problem", {})
+    objectives = problem.get("objectives")
+    if not objectives:
+        raise UserInputError(f"--study: {study!r} was not created by deepstack optimize")
+    trials = the_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    feasible = [t.values for t in trials if not any(c > 0 for c in (t.system_attrs.get("constraints") or []))]
+    starts = [t.datetime_start for t in trials if t.datetime_start]
+    ends = [t.datetime_complete for t in trials if t.datetime_complete]
+    wall = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+    return objectives, np.array(feasible, dtype=float).reshape(-1, len(objectives)), len(trials), wall

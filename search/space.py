@@ -30,11 +30,26 @@ def load_space(value: str | None) -> DesignSpace:
     """A design space by name (``default``, ``paper``, …) or path; ``None`` is the embedded default."""
     value = (value or "default").strip()
     if value.lower().endswith((".toml", ".yaml", ".yml", ".json")) or "/" in value:
-        return load_file(value, expected_kind="space")
-    if value not in space_names():
+        path = Path(value)
+    elif value in space_names():
+        path = SPACES_DIR / f"{value}.toml"
+    else:
         raise UserInputError(f"--space: unknown space {value!r}; allowed: {', '.join(space_names())} or a file path")
-    path = SPACES_DIR / f"{value}.toml"
-    return load_file(path, expected_kind="space")
+    return _resolve_relative(load_file(path, expected_kind="space"), path.resolve().parent)
+
+
+def _resolve_relative(space: DesignSpace, folder: Path) -> DesignSpace:
+    """Preset references that are relative file paths are taken relative to the space file."""
+
+    def fix(ref: str) -> str:
+        if ref.lower().endswith((".toml", ".yaml", ".yml", ".json")) and not Path(ref).is_absolute():
+            return str(folder / ref)
+        return ref
+
+    hardware = space.hardware.model_copy(update={"chips": tuple(map(fix, space.hardware.chips)),
+                                                  "nocs": tuple(map(fix, space.hardware.nocs))})
+    scenarios_ = space.scenarios.model_copy(update={"models": tuple(map(fix, space.scenarios.models))})
+    return space.model_copy(update={"hardware": hardware, "scenarios": scenarios_})
 
 
 @dataclass(frozen=True, order=True)

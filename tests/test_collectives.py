@@ -234,7 +234,11 @@ def test_auto_picks_the_fastest(name, op, size):
             continue
     assert auto.time_s == min(times.values())
     assert times[auto.algorithm] == auto.time_s
-    assert dict(auto.candidates) == times
+    # auto skips pairwise all-to-all, which eq. 4 makes never faster than direct (checked here, not assumed)
+    skipped = {"pairwise"} if op == "all_to_all" else set()
+    assert dict(auto.candidates) == {a: t for a, t in times.items() if a not in skipped}
+    if skipped:
+        assert times["pairwise"] >= times["direct"]
 
 
 # ---------------------------------------------------------------------------------------------------- errors

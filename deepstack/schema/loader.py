@@ -108,7 +108,7 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError) -> str
     """One line naming the field and what is allowed."""
     error = exc.errors(include_url=False)[0]
     loc = tuple(error.get("loc", ()))
-    where = ".".join(str(p) for p in loc if not (isinstance(p, str) and p in ("3d-stacked", "hbm"))) or "(top)"
+    where = ".".join(str(p) for p in loc if not (isinstance(p, str) and p in ("3d-stacked", "hbm")))
     message = error.get("msg", "invalid").removeprefix("Value error, ").removeprefix("Assertion failed, ")
     if error.get("type") == "extra_forbidden":
         allowed = _allowed_keys(cls, loc[:-1])
@@ -120,7 +120,7 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError) -> str
         if len(shown) < 60:
             message += f" (got {shown})"
     more = len(exc.errors()) - 1
-    return f"{where}: {message}" + (f" (and {more} more error{'s' * (more > 1)})" if more else "")
+    return (f"{where}: " if where else "") + message + (f" (and {more} more error{'s' * (more > 1)})" if more else "")
 
 
 def validate(cls: type[T], data: Any, origin: str = "") -> T:

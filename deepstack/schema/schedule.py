@@ -22,6 +22,14 @@ Algorithm = Literal[
 MODULE_DEGREES = ("tp", "ep", "sp", "cp", "dp")
 _MODULE_ALIASES = {"attn": "attention", "attention": "attention", "ffn": "ffn", "moe": "ffn", "mlp": "ffn"}
 _MAX_DEGREE = 1 << 20
+# Which algorithms implement which collective (models/collectives.py lists the same; a test keeps them equal)
+ALGORITHMS_FOR = {
+    "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical"),
+    "all_gather": ("ring", "halving_doubling", "direct"),
+    "reduce_scatter": ("ring", "halving_doubling", "direct"),
+    "all_to_all": ("direct", "pairwise"),
+    "send_recv": ("direct",),
+}
 
 
 class ModuleParallel(Frozen):
@@ -49,6 +57,14 @@ class Schedule(Frozen):
     fsdp: bool = False
     microbatches: int | None = Field(None, ge=1, le=_MAX_DEGREE, description="PP microbatches (None: tuned)")
     collectives: dict[Collective, Algorithm] = Field(default_factory=dict, description='default "auto" each')
+
+    @model_validator(mode="after")
+    def _algorithms_apply(self) -> Schedule:
+        for collective, algorithm in self.collectives.items():
+            if algorithm != "auto" and algorithm not in ALGORITHMS_FOR[collective]:
+                raise ValueError(f"collectives.{collective}: must be auto or one of "
+                                 f"{', '.join(ALGORITHMS_FOR[collective])} (got {algorithm!r})")
+        return self
 
     @model_validator(mode="after")
     def _same_devices(self) -> Schedule:

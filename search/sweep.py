@@ -1,0 +1,256 @@
+"""Exhaustive and hierarchical sweeps (paper §4.2.3) on a local process pool.
+
+* ``exhaustive``: every feasible hardware point of a (small) space × every schedule that fits it.
+* ``hierarchical``: tier 1 evaluates every chip × NoC × stacking × SRAM point at nominal NoC latency and
+  bandwidth, each with all its schedules; the best 5 % (by the first objective) go on to the hop-latency sweep,
+  and the best 5 % of that tier to per-level bandwidth tuning. Every tier re-searches the schedules, because
+  schedule and hardware are coupled (paper §5.6).
+
+A sweep writes ``points.csv`` (every evaluation), ``pareto.csv``/``pareto.json`` (the non-dominated feasible
+points) and ``summary.json`` to its output folder.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from deepstack import catalog
+from deepstack.errors import UserInputError
+from deepstack.models.evaluate import evaluate
+from deepstack.models.parallel import feasible_strategies
+from deepstack.models.schedule_search import OBJECTIVES
+from deepstack.schema import DesignSpace, Scenario
+from deepstack.search import pareto
+from deepstack.search.space import (
+    HardwarePoint,
+    base_points,
+    design_point,
+    load_space,
+    scaled_network,
+    with_hop_latency,
+    with_level_bw,
+)
+
+MODES = ("hierarchical", "exhaustive")
+PROMOTED_SHARE = 0.05  # paper §4.2.3: the top 5 % of a tier advance to the next
+METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "frequency_ghz",
+                  "memory_gib")
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    space_ref: str
+    scenario_json: str
+    hardware: HardwarePoint
+    with_ttft: bool
+
+
+def _hardware_feasible(space: DesignSpace, hw: HardwarePoint) -> bool:
+    """At least one PE fits the area budget (the area model decides, as in the CP-SAT tables)."""
+    from deepstack.models.device import resolve_device
+
+    sram = next(o for o in space.hardware.sram if o.name == hw.sram)
+    chip = catalog.load("chips", hw.chip)
+    try:
+        resolve_device(chip, hw.stacked_layers, hw.connected_layers,
+                       scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
+                       None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
+                       and sram.l1_bw_scale == 1.0 else sram)
+    except UserInputError:
+        return False
+    return True
+
+
+def evaluate_hardware(task: SweepTask) -> list[dict]:
+    """Every schedule that fits one hardware point, evaluated (a unit of work for a pool worker)."""
+    space = load_space(task.space_ref)
+    scenario = Scenario.model_validate_json(task.scenario_json)
+    hw = task.hardware
+    if not _hardware_feasible(space, hw):
+        return []
+    point = design_point(space, hw, scenario)
+    capacity = _capacity_B(hw)
+    kept, _ = feasible_strategies(scenario, point.devices, capacity)
+    rows = []
+    for strategy in kept:
+        if strategy.fsdp not in space.schedule.fsdp:
+            continue
+        report = evaluate(design_point(space, hw, scenario, strategy.to_schedule()), with_ttft=task.with_ttft)
+        metrics = report.metrics
+        rows.append({**hw.as_dict(), "schedule": strategy.label, "fsdp": strategy.fsdp,
+                     "feasible": report.feasible, **{k: metrics[k] for k in METRIC_COLUMNS if k in metrics}})
+    return rows
+
+
+def _capacity_B(hw: HardwarePoint) -> float:
+    dram = catalog.load("chips", hw.chip).device.dram
+    if dram.technology == "3d-stacked":
+        return dram.layer_capacity_GiB * 2**30 * hw.stacked_layers
+    return dram.capacity_B
+
+
+def _hop_points(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
+    return [with_hop_latency(p, s) for p in points for s in space.hardware.hop_latency_scale if s != 1.0]
+
+
+def _bw_points(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
+    out = []
+    for p in points:
+        levels = len(catalog.load("nocs", p.noc).levels)
+        for scales in itertools.product(space.hardware.level_bw_scale, repeat=levels):
+            if any(s != 1.0 for s in scales):
+                out.append(with_level_bw(p, scales))
+    return out
+
+
+def all_points(space: DesignSpace) -> list[HardwarePoint]:
+    """The whole hardware grid: base points × hop latencies × per-level bandwidths."""
+    out = []
+    for p in base_points(space):
+        for hop in space.hardware.hop_latency_scale:
+            levels = len(catalog.load("nocs", p.noc).levels)
+            for scales in itertools.product(space.hardware.level_bw_scale, repeat=levels):
+                out.append(with_level_bw(with_hop_latency(p, hop), scales))
+    return out
+
+
+@dataclass
+class SweepResult:
+    mode: str
+    evaluations: int
+    hardware_points: int
+    wall_s: float
+    out: str
+    objectives: list[str]
+    pareto: list[dict]
+    tiers: list[dict]
+
+
+def _run(tasks: list[SweepTask], workers: int) -> list[dict]:
+    if workers <= 1 or len(tasks) <= 1:
+        return [row for task in tasks for row in evaluate_hardware(task)]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return [row for rows in pool.map(evaluate_hardware, tasks, chunksize=max(1, len(tasks) // (4 * workers)))
+                for row in rows]
+
+
+def _best_per_hardware(rows: list[dict], objective: str) -> dict[str, dict]:
+    key, larger = OBJECTIVES[objective]
+    best: dict[str, dict] = {}
+    for row in rows:
+        if not row["feasible"]:
+            continue
+        label = _label(row)
+        value = row[key] if larger else -row[key]
+        if label not in best or value > best[label]["_score"]:
+            best[label] = {**row, "_score": value}
+    return best
+
+
+def _label(row: dict) -> str:
+    return json.dumps([row[k] for k in ("chip", "noc", "stacked_layers", "connected_layers", "sram",
+                                        "hop_latency_scale", "level_bw_scales")])
+
+
+def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) -> list[HardwarePoint]:
+    best = sorted(_best_per_hardware(rows, objective).values(), key=lambda r: -r["_score"])
+    keep = best[: max(1, math.ceil(len(best) * share))] if best else []
+    return [HardwarePoint(r["chip"], r["noc"], r["stacked_layers"], r["connected_layers"], r["sram"],
+                          r["hop_latency_scale"], tuple(r["level_bw_scales"])) for r in keep]
+
+
+def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
+          workers: int | None = None, with_ttft: bool = False) -> SweepResult:
+    if mode not in MODES:
+        raise UserInputError(f"--mode: must be one of {', '.join(MODES)} (got {mode!r})")
+    workers = workers or min(os.cpu_count() or 1, 2)
+    if not 1 <= workers <= 256:
+        raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
+    design_space = load_space(space)
+    space_ref = space or "default"
+    started = time.perf_counter()
+
+    def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
+        return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft) for p in points]
+
+    tiers = []
+    if mode == "exhaustive":
+        points = all_points(design_space)
+        rows = _run(tasks(points), workers)
+        tiers.append({"tier": "all", "hardware_points": len(points), "evaluations": len(rows)})
+    else:
+        tier1 = base_points(design_space)
+        rows = _run(tasks(tier1), workers)
+        tiers.append({"tier": "1: chip × NoC × stacking × SRAM", "hardware_points": len(tier1),
+                      "evaluations": len(rows)})
+        promoted = _promote(rows, objectives[0])
+        tier2 = _hop_points(design_space, promoted)
+        rows2 = _run(tasks(tier2), workers)
+        tiers.append({"tier": "2: hop latency", "hardware_points": len(tier2), "evaluations": len(rows2)})
+        rows += rows2
+        promoted = _promote(rows, objectives[0])
+        tier3 = _bw_points(design_space, promoted)
+        rows3 = _run(tasks(tier3), workers)
+        tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3)})
+        rows += rows3
+    wall = time.perf_counter() - started
+    front = _front(rows, objectives)
+    result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers), wall, out, objectives, front,
+                         tiers)
+    _write(result, rows, scenario, design_space)
+    return result
+
+
+def _front(rows: list[dict], objectives: list[str]) -> list[dict]:
+    feasible = [r for r in rows if r["feasible"]]
+    if not feasible:
+        return []
+    values = np.array([[r[OBJECTIVES[o][0]] for o in objectives] for r in feasible], dtype=float)
+    mask = pareto.nondominated_mask(values, objectives)
+    front = [{**{o: r[OBJECTIVES[o][0]] for o in objectives}, **{k: v for k, v in r.items() if k != "_score"}}
+             for r, keep in zip(feasible, mask, strict=True) if keep]
+    return sorted(front, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
+
+
+def _write(result: SweepResult, rows: list[dict], scenario: Scenario, space: DesignSpace) -> None:
+    out = Path(result.out)
+    out.mkdir(parents=True, exist_ok=True)
+    columns = ["chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale", "level_bw_scales",
+               "schedule", "fsdp", "feasible", *METRIC_COLUMNS]
+    for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
+        with open(out / name, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns + ([o for o in result.objectives if o not in columns]
+                                                              if name == "pareto.csv" else []),
+                                    extrasaction="ignore")
+            writer.writeheader()
+            for row in data:
+                writer.writerow({k: (json.dumps(v) if isinstance(v, list | tuple) else v) for k, v in row.items()})
+    summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
+               "wall_s": result.wall_s, "objectives": result.objectives, "tiers": result.tiers,
+               "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
+                   "model": scenario.model.name}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "pareto.json").write_text(json.dumps({"objectives": result.objectives, "pareto": result.pareto},
+                                                indent=2, default=str))
+
+
+def read_sweep(folder: str) -> tuple[dict, list[dict]]:
+    """summary.json and the evaluated points of a sweep folder (for ``compare``)."""
+    path = Path(folder)
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        with open(path / "points.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"--sweep: {folder} is not a finished sweep folder ({exc.__class__.__name__})") from None
+    return summary, rows

@@ -1,0 +1,430 @@
+"""The distributed half of a design point: shared links in a traffic matrix (eq. 4), the collective tuner's
+choices, collectives per layer and their rank layouts, tile-level overlap (eq. 5), and monotone laws of the
+whole evaluation. Golden numbers are worked by hand in the comments, never read back from the model.
+
+What tests/test_network.py and tests/test_collectives.py already cover (ring all-reduce formula, 4×4 torus and
+8-port switch all-to-all, auto = fastest candidate, bandwidth/size monotonicity of "auto" on flat and 2-level
+networks) is not repeated here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from deepstack import catalog
+from deepstack.models import collectives as co
+from deepstack.models import distributed
+from deepstack.models import network as nw
+from deepstack.models.collectives import collective_time
+from deepstack.models.device import resolve_device
+from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.models.network import NetworkTopology, TopologyLevel, route_traffic
+from deepstack.models.operators import overlap_time_s, tune_gemm, tune_gemm_overlapped
+from deepstack.models.workload import Gemm, device_share
+from deepstack.schema import Scenario, Schedule
+
+GB = 1e9
+NS = 1e-9
+US = 1e-6
+MiB = 1 << 20
+
+
+# ------------------------------------------------------------------------------------- eq. 4: links shared by flows
+
+
+def test_two_flows_on_one_chain_link_carry_their_summed_bytes():
+    # Chain 0 — 1 — 2 at 10 GB/s, δ = 100 ns. Flows 0→2 (3 MB) and 1→2 (1 MB) both cross the link 1→2.
+    # Chain link ids: up link leaving i is i (0→1 = 0, 1→2 = 1), down links leaving 1, 2 are 2, 3.
+    #   V(0→1) = 3 MB, V(1→2) = 3 + 1 = 4 MB → T_cong = 4 MB / 10 GB/s = 400 µs
+    #   L_net = the 2-hop path of 0→2 = 200 ns → T_net = 400.2 µs
+    chain = NetworkTopology.single("chain", 3, 10 * GB, 100 * NS)
+    tm = np.zeros((3, 3))
+    tm[0, 2], tm[1, 2] = 3e6, 1e6
+    result = route_traffic(tm, chain)
+    assert result.max_link_bytes == pytest.approx(4e6)
+    assert result.congestion_s == pytest.approx(400 * US)
+    assert result.latency_s == pytest.approx(200 * NS)
+    assert result.time_s == pytest.approx(400.2 * US)
+    assert nw.link_bytes(tm, chain)[0].tolist() == pytest.approx([3e6, 4e6, 0.0, 0.0])
+    assert result.levels[0].total_bytes == pytest.approx(2 * 3e6 + 1e6)  # 0→2 counted on both its links
+    assert result.flows == 2
+    # Links are full duplex: 3 MB coming back 2→0 rides the down links only and shares nothing.
+    tm[2, 0] = 3e6
+    assert route_traffic(tm, chain).max_link_bytes == pytest.approx(4e6)
+
+
+def test_dimension_order_routing_makes_flows_share_the_x_then_y_link():
+    # 2×2 mesh, node id x + 2y: 0 = (0,0), 1 = (1,0), 2 = (0,1), 3 = (1,1); 100 GB/s, δ = 20 ns.
+    # Flows into 3: 0→3 (3 MB), 1→3 (1 MB), 2→3 (2 MB).
+    #   X first: 0→3 = 0→1 then 1→3, so link 1→3 carries 3 + 1 = 4 MB and 2→3 only 2 MB.
+    #   (Y first would put 0→3 on 0→2→3 and load 2→3 with 3 + 2 = 5 MB instead.)
+    #   T_cong = 4 MB / 100 GB/s = 40 µs; L_net = 2 hops · 20 ns = 40 ns; level total 2·3 + 1 + 2 = 9 MB.
+    mesh = NetworkTopology.single("mesh", (2, 2), 100 * GB, 20 * NS)
+    tm = np.zeros((4, 4))
+    tm[0, 3], tm[1, 3], tm[2, 3] = 3e6, 1e6, 2e6
+    result = route_traffic(tm, mesh)
+    assert result.max_link_bytes == pytest.approx(4e6)
+    assert result.congestion_s == pytest.approx(40 * US)
+    assert result.latency_s == pytest.approx(40 * NS)
+    assert result.levels[0].total_bytes == pytest.approx(9e6)
+    loads = sorted(nw.link_bytes(tm, mesh)[0][nw.link_bytes(tm, mesh)[0] > 0].tolist())
+    assert loads == pytest.approx([2e6, 3e6, 4e6])  # 0→1, 2→3, 1→3
+
+
+# ----------------------------------------------------------------------------------------- collectives: goldens
+
+
+def test_all_to_all_on_a_16_port_switch_with_framing():
+    # 16-port switch, 50 GB/s per link and direction, δ = 250 ns, 4 KiB packets with 64-B headers.
+    # S = 1 MiB per rank → S/16 = 65,536 B per destination = 16 packets → 65,536 + 16·64 = 66,560 B on the wire.
+    # direct: every uplink carries 15 flows = 998,400 B (and every downlink the same), 2 hops
+    #   T = 2·250 ns + 998,400 B / 50 GB/s = 0.5 µs + 19.968 µs = 20.468 µs
+    # pairwise: 15 steps, each uplink/downlink carries one flow per step
+    #   T = 15 · (0.5 µs + 66,560 / 50 GB/s = 1.3312 µs) = 27.468 µs → auto picks direct.
+    # Level totals: 16·15 flows × 2 links × 66,560 B = 31,948,800 B over 32 links, all equally busy:
+    #   busy fraction = 19.968 / 20.468.
+    switch = NetworkTopology.single("switch", 16, 50 * GB, 250 * NS, packet_bytes=4096, header_bytes=64)
+    group = [tuple(range(16))]
+    direct = collective_time("all_to_all", MiB, group, switch, "direct")
+    assert direct.max_link_bytes == pytest.approx(998_400)
+    assert direct.time_s == pytest.approx(20.468 * US)
+    assert direct.latency_s == pytest.approx(0.5 * US)
+    pairwise = collective_time("all_to_all", MiB, group, switch, "pairwise")
+    assert pairwise.time_s == pytest.approx(27.468 * US)
+    assert pairwise.num_steps == 15
+    auto = collective_time("all_to_all", MiB, group, switch)
+    assert auto.algorithm == "direct" and auto.time_s == pytest.approx(20.468 * US)
+    (load,) = auto.level_utilization
+    assert load.links == 32 and load.total_bytes == pytest.approx(31_948_800)
+    assert load.max_busy_fraction == pytest.approx(19.968 / 20.468)
+    assert load.mean_busy_fraction == pytest.approx(19.968 / 20.468)
+
+
+def test_two_all_to_all_groups_on_one_switch_do_not_contend():
+    # Groups 0..7 and 8..15 on the same 16-port switch: every port has its own up/down link (non-blocking).
+    # S = 1 MiB → S/8 = 131,072 B per destination = 32 packets → 131,072 + 32·64 = 133,120 B;
+    # uplink: 7 flows = 931,840 B → T = 0.5 µs + 931,840 / 50 GB/s = 0.5 + 18.6368 = 19.1368 µs (= one group alone).
+    switch = NetworkTopology.single("switch", 16, 50 * GB, 250 * NS, packet_bytes=4096, header_bytes=64)
+    groups = nw.device_groups([("ep", 8), ("dp", 2)], "ep", 16)
+    assert groups == (tuple(range(8)), tuple(range(8, 16)))
+    both = collective_time("all_to_all", MiB, groups, switch, "direct")
+    assert both.num_groups == 2 and both.group_size == 8
+    assert both.max_link_bytes == pytest.approx(931_840)
+    assert both.time_s == pytest.approx(19.1368 * US)
+
+
+RING8 = NetworkTopology.single("ring", 8, 100 * GB, 1 * US)  # B = 100 GB/s per direction, δ = 1 µs
+SWITCH8 = NetworkTopology.single("switch", 8, 100 * GB, 1 * US)
+ALL8 = [tuple(range(8))]
+
+
+def _ring8_all_reduce(S: float) -> dict[str, float]:
+    """Hand times of every all-reduce on RING8 (p = 8, B, δ as above), s.
+
+    ring: 14 steps of S/8, one hop, one flow per link              → 14δ + 1.75 S/B
+    halving_doubling: partners at 1, 2, 4 hops with S/2, S/4, S/8; at distance 2 two flows share a link, at
+      distance 4 (half-way: even sources go up, odd down) two flows share every link
+      → RS: (1 + 2 + 4)δ + (S/2 + 2·S/4 + 2·S/8)/B = 7δ + 1.25 S/B; AG mirrors it → 14δ + 2.5 S/B
+    rabenseifner: RS distance 4 first with S/2 (2 flows per link), 2 with S/4, 1 with S/8
+      → RS 7δ + (S + S/2 + S/8)/B = 7δ + 1.625 S/B; AG the same → 14δ + 3.25 S/B
+    double_tree: in-order tree over 0..7 (root 3, height 3) and its copy shifted by one; the busiest ring
+      link carries 3 tree edges and the longest edge (1–3, 2–4, 3–5, 4–6) is 2 hops. With C chunks,
+      C + 2·3 − 1 steps of 2δ + 3·S/(2C)/B, C ∈ {1, 2, 4, …, 256} chosen to minimise it.
+      Only C = 1 has less latency than the ring: 6 · (2δ + 1.5 S/B) = 12δ + 9 S/B (C = 2: 14δ + 5.25 S/B).
+      At 1 MB (1.5 S/B = 15 µs) the best is C = 8: 13 · (2 + 15/8) µs = 50.375 µs.
+    Crossover double_tree = ring: 12δ + 9 S/B = 14δ + 1.75 S/B → S* = 2δB / 7.25 = 27,586 B.
+    """
+    d, B = 1 * US, 100 * GB
+    tree = min((c + 5) * (2 * d + 1.5 * S / (c * B)) for c in (1 << k for k in range(9)))
+    return {"ring": 14 * d + 1.75 * S / B, "halving_doubling": 14 * d + 2.5 * S / B,
+            "rabenseifner": 14 * d + 3.25 * S / B, "double_tree": tree}
+
+
+@pytest.mark.parametrize(("S", "winner"), [(1e3, "double_tree"), (27_586 / 2, "double_tree"),
+                                           (2 * 27_586, "ring"), (1e6, "ring")])
+def test_auto_all_reduce_on_a_ring_tree_for_small_ring_for_large(S, winner):
+    hand = _ring8_all_reduce(S)
+    auto = collective_time("all_reduce", S, ALL8, RING8)
+    assert auto.algorithm == winner
+    assert auto.time_s == pytest.approx(hand[winner])
+    assert dict(auto.candidates) == pytest.approx(hand)  # hierarchical does not apply to one level
+    if winner == "double_tree":
+        assert auto.detail == "chunks=1"
+
+
+@pytest.mark.parametrize("S", [1e3, 1e6, 1e8])
+def test_auto_all_reduce_on_a_switch_is_halving_doubling_at_every_size(S):
+    # On a flat 8-port switch every pair is 2 hops and every port has its own up/down link, so:
+    #   ring: 14 steps · (2δ + S/8/B) = 28δ + 1.75 S/B
+    #   halving_doubling: 6 steps · 2δ, one flow per uplink per step, S/2 + S/4 + S/8 twice = 12δ + 1.75 S/B
+    #   rabenseifner: the same steps in another order → the same time (HD is listed first and wins the tie)
+    # Same bandwidth term, less latency: HD at every size — there is no crossover to the ring on a switch.
+    d, B = 1 * US, 100 * GB
+    auto = collective_time("all_reduce", S, ALL8, SWITCH8)
+    assert auto.algorithm == "halving_doubling"
+    assert auto.time_s == pytest.approx(12 * d + 1.75 * S / B)
+    candidates = dict(auto.candidates)
+    assert candidates["ring"] == pytest.approx(28 * d + 1.75 * S / B)
+    assert candidates["rabenseifner"] == pytest.approx(candidates["halving_doubling"])
+    assert candidates["double_tree"] > candidates["halving_doubling"]
+
+
+@pytest.mark.parametrize(("S", "winner"), [(1e3, "direct"), (1e6, "ring")])
+def test_auto_all_gather_on_a_ring_direct_for_small_ring_for_large(S, winner):
+    # All-gather on RING8, S = shard per rank.
+    #   ring: 7 steps of S, one hop → 7δ + 7 S/B
+    #   direct: one step, every pair S, shortest way; flow-hops 8 sources × (1+2+3+4+3+2+1) = 128 over 16 links,
+    #     balanced (6 flows of distances 1-3 plus 2 half-way flows per link) → 4δ + 8 S/B
+    #   halving_doubling (far partners first, blocks S, 2S, 4S at distances 4, 2, 1; 2 flows per link at
+    #     distances 4 and 2) → 7δ + (2S + 4S + 4S)/B = 7δ + 10 S/B
+    # Crossover direct = ring: S = 3δB = 300 kB.
+    d, B = 1 * US, 100 * GB
+    hand = {"ring": 7 * d + 7 * S / B, "direct": 4 * d + 8 * S / B, "halving_doubling": 7 * d + 10 * S / B}
+    auto = collective_time("all_gather", S, ALL8, RING8)
+    assert auto.algorithm == winner
+    assert dict(auto.candidates) == pytest.approx(hand)
+
+
+# ------------------------------------------------------------------------------------ collectives: properties
+
+# Three levels, innermost first: switch 2 · 2×2 mesh (framed) · ring 3 = 24 devices; groups come from a
+# parallel layout, so several groups run at once and share links.
+THREE_LEVELS = NetworkTopology((
+    TopologyLevel("switch", (2,), 400 * GB, 10 * NS),
+    TopologyLevel("mesh", (2, 2), 100 * GB, 50 * NS, packet_bytes=256, header_bytes=16),
+    TopologyLevel("ring", (3,), 25 * GB, 500 * NS, packet_bytes=4096, header_bytes=82),
+))
+LAYOUT = [("tp", 2), ("ep", 4), ("dp", 3)]
+DIM_GROUPS = {dim: nw.device_groups(LAYOUT, dim, 24) for dim, _ in LAYOUT}
+DIM_GROUPS["ep_x_dp"] = nw.device_groups([("tp", 2), ("rest", 12)], "rest", 24)
+TOPOS = {"three_levels": THREE_LEVELS, "ring8": RING8, "switch8": SWITCH8}
+
+
+def _with_bw(topo: NetworkTopology, factor: float) -> NetworkTopology:
+    return NetworkTopology(tuple(dataclasses.replace(lvl, link_bw_Bps=lvl.link_bw_Bps * factor) for lvl in topo.levels))
+
+
+def _case(draw_topo: str, dim: str):
+    if draw_topo == "three_levels":
+        return THREE_LEVELS, DIM_GROUPS[dim]
+    return TOPOS[draw_topo], ALL8
+
+
+cases = st.tuples(
+    st.sampled_from(sorted(TOPOS)),
+    st.sampled_from(sorted(DIM_GROUPS)),
+    st.sampled_from(co.OPS),
+    st.floats(min_value=1.0, max_value=1e8, allow_nan=False),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases, st.data())
+def test_doubling_link_bandwidth_never_slows_any_algorithm(case, data):
+    name, dim, op, size = case
+    algorithm = data.draw(st.sampled_from(("auto", *co.algorithms(op))), label="algorithm")
+    topo, groups = _case(name, dim)
+    try:
+        base = collective_time(op, size, groups, topo, algorithm)
+    except co.CollectiveError:
+        assume(False)  # not defined for this op or these groups
+    faster = collective_time(op, size, groups, _with_bw(topo, 2.0), algorithm)
+    assert faster.time_s <= base.time_s * (1 + 1e-12)
+    if algorithm not in ("auto", "double_tree", "hierarchical"):
+        # a fixed TM sequence: routes and latencies stay, every link's serialisation halves exactly
+        assert faster.latency_s == pytest.approx(base.latency_s)
+        assert faster.congestion_s == pytest.approx(base.congestion_s / 2)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases)
+def test_doubling_the_message_never_speeds_up_auto_with_concurrent_groups(case):
+    name, dim, op, size = case
+    topo, groups = _case(name, dim)
+    small = collective_time(op, size, groups, topo)
+    large = collective_time(op, 2 * size, groups, topo)
+    assert large.time_s >= small.time_s * (1 - 1e-12)
+    assert large.max_link_bytes >= small.max_link_bytes * (1 - 1e-12)
+
+
+# ----------------------------------------------------------------------------------------- eq. 5: overlap
+
+
+def test_eq5_hand_examples():
+    # W = 4, compute 4 µs (τ_comp 1), comm 2 µs (τ_comm 0.5), L 0.5 µs:
+    #   1 + (0.5 + 0.5) + max(3·1, 3·0.5 + 0.5) = 2 + 3 = 5 µs (compute-bound steady state; serial 6.5 µs)
+    assert overlap_time_s(4, 4 * US, 2 * US, 0.5 * US) == pytest.approx(5 * US)
+    # W = 4, compute 2 µs (τ 0.5), comm 4 µs (τ 1), L 0.5 µs:
+    #   0.5 + (1 + 0.5) + max(1.5, 3 + 0.5) = 2 + 3.5 = 5.5 µs (communication-bound)
+    assert overlap_time_s(4, 2 * US, 4 * US, 0.5 * US) == pytest.approx(5.5 * US)
+    # one wave (or none) serialises: T_comp + τ_comm + L
+    assert overlap_time_s(1, 3 * US, 2 * US, 1 * US) == pytest.approx(6 * US)
+    assert overlap_time_s(0, 3 * US, 2 * US, 1 * US) == pytest.approx(6 * US)
+
+
+times = st.one_of(st.just(0.0), st.floats(min_value=1e-12, max_value=1e-2))  # 1 ps … 10 ms, or nothing
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=4096), times, times, times)
+def test_eq5_is_never_faster_than_either_side_alone(waves, comp, comm, latency):
+    t = overlap_time_s(waves, comp, comm, latency)
+    assert t >= max(comp, comm + latency) * (1 - 1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=4096), times, times, st.floats(min_value=0.0, max_value=1.0))
+def test_eq5_is_never_slower_than_serial_while_latency_fits_behind_compute(waves, comp, comm, fraction):
+    # T − serial = max(−(W−1)τ_comm, L − (W−1)τ_comp), so eq. 5 stays ≤ serial exactly while
+    # L ≤ (W−1)·τ_comp = comp·(W−1)/W. Here L is drawn inside that range (the test below shows the rest).
+    latency = fraction * comp * max(waves - 1, 0) / max(waves, 1) if waves > 1 else fraction * comp
+    t = overlap_time_s(waves, comp, comm, latency)
+    assert t <= (comp + comm + latency) * (1 + 1e-12)
+
+
+def test_eq5_is_never_slower_than_serial_when_latency_dominates():
+    # W = 2, compute 1 µs, no bandwidth time, L = 10 µs: serial = 1 + 0 + 10 = 11 µs, but eq. 5 as printed gives
+    # 0.5 + (0 + 10) + max(0.5, 0 + 10) = 20.5 µs — the latency is paid twice; the model caps it at serial.
+    assert overlap_time_s(2, 1 * US, 0.0, 10 * US) == pytest.approx(11 * US)
+
+
+@pytest.mark.parametrize(("comm_bw_s", "latency_s"), [(0.0, 0.0), (2 * US, 0.1 * US), (50 * US, 1 * US)])
+def test_overlap_tuner_is_never_worse_than_the_plain_tiling(comm_bw_s, latency_s):
+    # tune_gemm_overlapped minimises eq. 5 over the same candidates tune_gemm minimises time over.
+    dev = resolve_device(catalog.load("chips", "standard"))
+    gemm = Gemm("o_proj", m=64, n=2048, k=2048)
+    plain = tune_gemm(gemm, dev)
+    tuned = tune_gemm_overlapped(gemm, dev, comm_bw_s, latency_s)
+
+    def eq5(t):
+        return overlap_time_s(t.waves, t.time_s, comm_bw_s, latency_s)
+
+    assert eq5(tuned) <= eq5(plain) * (1 + 1e-12)
+    if comm_bw_s == latency_s == 0.0:
+        assert tuned.time_s == pytest.approx(plain.time_s)  # nothing to hide: the fastest tiling
+
+
+# ------------------------------------------------------------------------ collectives per layer and layouts
+
+
+def _scenario(model: str, batch: int, phase: str = "decode") -> Scenario:
+    return Scenario.model_validate({"model": model, "phase": phase, "batch": batch})
+
+
+def test_dense_tp_collectives_per_layer_and_their_sizes():
+    # llama-3.2-1b (d = 2048, a16), tp=4, dp=64, decode batch 256: 256 / 64 = 4 requests = 4 tokens per device.
+    # TP all-reduce after o_proj and after down_proj: 4 · 2048 · 2 B = 16,384 B each; the embedding all-reduce
+    # the same; the sampler all-reduces a (max, sum) pair of 8 B per row: 4 · 8 = 32 B.
+    sc = _scenario("llama-3.2-1b", 256)
+    s = Schedule.parse("tp=4,dp=64")
+    share = device_share(sc.model, sc, s.attention, s.pp)
+    assert share.tokens == 4
+    attention = distributed.attention_comms(sc.model, sc, s, share)
+    ffn = distributed.ffn_comms(sc.model, sc, s, share, share, moe=False)
+    stage = distributed.stage_comms(sc.model, sc, s, share)
+    assert [(c.name, c.op, c.dim, c.bytes_per_rank, c.after) for c in attention + ffn] == [
+        ("attn_tp_allreduce", "all_reduce", "a_tp", 16384, "o_proj"),
+        ("ffn_tp_allreduce", "all_reduce", "f_tp", 16384, "down_proj"),
+    ]
+    assert {c.name: c.bytes_per_rank for c in stage} == {"embedding_allreduce": 16384, "sampler_allreduce": 32}
+    assert distributed.fsdp_comms(sc.model, sc, s, moe=False) == []
+
+
+def test_moe_ep_dispatch_and_combine_sizes():
+    # qwen3-30b-a3b (d = 2048, top-8, no shared experts, a16), ep=16, tp=4, dp=4, decode batch 256:
+    # attention replicas dp·ep = 64 → 4 tokens per device; dispatch sends top-k copies of each token:
+    # 4 · 8 · 2048 · 2 B = 131,072 B per rank, before the expert GEMMs; combine the same, after them.
+    sc = _scenario("qwen3-30b-a3b", 256)
+    s = Schedule.parse("ep=16,tp=4,dp=4")
+    share = device_share(sc.model, sc, s.attention, s.pp)
+    comms = {c.name: c for c in distributed.ffn_comms(sc.model, sc, s, share, share, moe=True)}
+    assert comms["moe_dispatch_a2a"].bytes_per_rank == 4 * 8 * 2048 * 2
+    assert comms["moe_dispatch_a2a"].before == "expert_gate_up"
+    assert comms["moe_combine_a2a"].bytes_per_rank == 4 * 8 * 2048 * 2
+    assert comms["moe_combine_a2a"].after == "expert_down"
+    assert comms["ffn_tp_allreduce"].after is None  # no shared expert GEMM to hide it behind
+    assert {c.op for c in comms.values()} == {"all_to_all", "all_reduce"}
+
+
+def test_layouts_put_tp_innermost_and_pipeline_stages_outermost():
+    # llama-3.2-1b, tp=2, pp=2, dp=64: TP groups are consecutive device pairs (one L1 switch of TMS1 holds two),
+    # pipeline stages are the two halves of the machine: stage boundary pairs (d, d + 128).
+    sc = _scenario("llama-3.2-1b", 256)
+    layout = distributed.layouts(sc.model, sc, Schedule.parse("tp=2,pp=2,dp=64"))
+    assert layout.attention[0] == ("a_tp", 2) and layout.attention[-1] == ("pp", 2)
+    assert layout.groups("a_tp")[:2] == ((0, 1), (2, 3))
+    assert layout.groups("f_tp") == layout.groups("a_tp")  # a flat schedule maps both modules alike
+    assert layout.groups("pp")[:2] == ((0, 128), (1, 129))
+    assert len(layout.groups("a_dp")) == 4 and len(layout.groups("a_dp")[0]) == 64
+
+
+def test_tp_all_reduce_time_on_tms1():
+    # llama-3.2-1b tp=4, dp=64 on TMS1: 64 TP groups of 4 consecutive devices, each on its own L1 switch
+    # (800 GB/s, δ = 10 ns, no framing). S = 16,384 B.
+    #   halving_doubling: 4 steps · 2 hops · 10 ns = 80 ns + (S/2 + S/4)·2 / 800 GB/s = 30.72 ns → 110.72 ns
+    #   ring: 6 steps · 20 ns = 120 ns + 1.5 S/B = 150.72 ns → auto picks halving_doubling.
+    sc = _scenario("llama-3.2-1b", 256)
+    s = Schedule.parse("tp=4,dp=64")
+    topo = distributed.topology_of(catalog.load("nocs", "tms1"))
+    layout = distributed.layouts(sc.model, sc, s)
+    share = device_share(sc.model, sc, s.attention, s.pp)
+    (comm,) = distributed.attention_comms(sc.model, sc, s, share)
+    result = distributed.time_comm(comm, layout, topo, s)
+    assert result.algorithm == "halving_doubling"
+    assert result.num_groups == 64 and result.group_size == 4
+    assert result.latency_s == pytest.approx(80 * NS)
+    assert result.time_s == pytest.approx(110.72 * NS)
+    # a collective choice in the schedule is honoured
+    forced = Schedule.parse("tp=4,dp=64,all_reduce=ring")
+    ring = distributed.time_comm(comm, distributed.layouts(sc.model, sc, forced), topo, forced)
+    assert ring.algorithm == "ring" and ring.time_s == pytest.approx(150.72 * NS)
+    # a one-rank group communicates nothing
+    dp_only = Schedule.parse("dp=256")
+    assert distributed.time_comm(comm, distributed.layouts(sc.model, sc, dp_only), topo, dp_only) is None
+
+
+# ---------------------------------------------------------------------------- full evaluation: monotone laws
+
+TMS1 = catalog.load("nocs", "tms1")
+STANDARD = catalog.load("chips", "standard")
+SCHEDULES = [("llama-3.2-1b", "tp=4,dp=64"), ("llama-3.2-1b", "tp=16,dp=16"),
+             ("qwen3-30b-a3b", "ep=16,tp=4,dp=4"), ("qwen3-30b-a3b", "ep=64,tp=4"),
+             ("llama-3.2-1b", "tp=2,pp=2,dp=64")]
+
+
+def _scaled_network(factor: float):
+    levels = tuple(level.model_copy(update={"link_bw_GBps": level.link_bw_GBps * factor}) for level in TMS1.levels)
+    return TMS1.model_copy(update={"levels": levels})
+
+
+def _point(model: str, parallel: str, factor: float) -> DesignPoint:
+    # noc_bw_scale = 1/factor keeps the NoC area (∝ aggregate link bandwidth) and so the PE count of the device
+    # unchanged: only the network's speed differs between the points compared.
+    return DesignPoint(chip=STANDARD, scenario=_scenario(model, 256), schedule=Schedule.parse(parallel),
+                       network=_scaled_network(factor), noc_bw_scale=1.0 / factor)
+
+
+def test_iso_area_scaling_keeps_the_device():
+    base, doubled = _point("llama-3.2-1b", "tp=4,dp=64", 1.0), _point("llama-3.2-1b", "tp=4,dp=64", 2.0)
+    dev = resolve_device(base.chip, None, None, base.network, None, base.noc_bw_scale)
+    dev2 = resolve_device(doubled.chip, None, None, doubled.network, None, doubled.noc_bw_scale)
+    assert dev2.pes == dev.pes and dev2.area == dev.area
+    assert [lvl.link_bw_Bps for lvl in doubled.network.levels] == pytest.approx(
+        [2 * lvl.link_bw_Bps for lvl in base.network.levels])
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.sampled_from(SCHEDULES), st.sampled_from([0.5, 1.0, 3.0]))
+def test_doubling_every_link_never_lowers_stps(case, factor):
+    model, parallel = case
+    slow = evaluate(_point(model, parallel, factor), with_ttft=False)
+    fast = evaluate(_point(model, parallel, 2 * factor), with_ttft=False)
+    assert math.isfinite(slow.metrics["stps"]) and slow.metrics["stps"] > 0
+    assert fast.metrics["stps"] >= slow.metrics["stps"] * (1 - 1e-9)
+    assert fast.hardware["pes_per_device"] == slow.hardware["pes_per_device"]
