@@ -138,12 +138,14 @@ def gemm_candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> tuple[OpT
                 k_len = math.ceil(g.k / split)
                 for tk in _edge_candidates(kt, min(k_len, 128)):
                     stage_B = tm * tk * g.a_bytes + tk * tn * g.b_bytes
-                    for stages in STAGES:
-                        if stages * stage_B > dev.l1_B:
-                            continue
-                        rasters = ("row",) if math.ceil(g.m / tm) == 1 else ("row", "grouped")
-                        out.extend(_time_gemm(g, dev, tm, tn, tk, stages, split, raster, swizzle, a_resident,
-                                              b_resident, c_resident) for raster in rasters)
+                    # the deepest pipeline that fits L1: more stages only add bytes in flight (Little) and
+                    # widen the bank window, so shallower ones are never faster
+                    stages = max((s for s in STAGES if s * stage_B <= dev.l1_B), default=None)
+                    if stages is None:
+                        continue
+                    rasters = ("row",) if math.ceil(g.m / tm) == 1 else ("row", "grouped")
+                    out.extend(_time_gemm(g, dev, tm, tn, tk, stages, split, raster, swizzle, a_resident,
+                                          b_resident, c_resident) for raster in rasters)
     return tuple(out)
 
 
