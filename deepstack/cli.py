@@ -194,7 +194,7 @@ def optimize(
     space: Annotated[str | None, typer.Option(help="Design space: default, paper, or a TOML file.")] = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
-    trials: Annotated[int, typer.Option(help="Trials to add to the study.")] = 40,
+    trials: Annotated[int, typer.Option(help="Trials to add to the study.")] = 100,
     study: Annotated[str, typer.Option(help="Study name (re-running continues it).")] = "deepstack",
     storage: Annotated[str | None, typer.Option(
         help="sqlite:///PATH.db (default studies/<study>.db), postgresql://…, or journal:PATH.")] = None,
