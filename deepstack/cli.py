@@ -300,6 +300,34 @@ def dashboard(
     dash.serve(url, host, port)
 
 
+study_app = typer.Typer(help="Run the paper's design-space studies (recipes in studies/*.toml).",
+                        no_args_is_help=True)
+app.add_typer(study_app, name="study")
+
+
+@study_app.command("run")
+def study_run(
+    recipe: Annotated[str, typer.Argument(help="A study recipe, e.g. studies/dram-layers.toml.")],
+    out: Annotated[str | None, typer.Option(help="Output folder (default studies/out/<name>).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A reduced version that runs in seconds.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Run one study recipe: CSV of every point, PNG/HTML figures and summary.md.
+
+    Example: deepstack study run studies/parallelism-spread.toml --quick
+    """
+    from deepstack.search.studies import run_study
+
+    result = run_study(recipe, out, quick)
+    if json_out:
+        report.print_json(result)
+        return
+    report.console.print(f"study {result['study']} ({result['runner']}{', quick' if quick else ''}): "
+                         f"{result['rows']} rows in {result['wall_s']:.1f} s → {result['out']}")
+    for path in result["files"]:
+        report.console.print(f"  {path}")
+
+
 def _fail(message: str) -> int:
     print(f"deepstack: error: {' '.join(message.split())}", file=sys.stderr)
     return 2

@@ -1,0 +1,152 @@
+"""Study runners: the paper's design-space experiments (§5) as recipes (``studies/<name>.toml``).
+
+A recipe names a runner and its parameters; ``--quick`` merges the recipe's ``quick`` table over the parameters
+to run a reduced version in seconds. Every runner writes, into its output folder, a CSV of every evaluated
+point, static PNG figures, an interactive HTML figure where it helps, and ``summary.md`` with the key table and
+what it shows. Runners register themselves with :func:`runner`; the registry is filled by importing the runner
+modules listed in ``RUNNER_MODULES``.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deepstack.errors import UserInputError
+from deepstack.schema import StudyRecipe, load_file
+
+RUNNER_MODULES = ("hardware", "system", "search_studies")
+_RUNNERS: dict[str, Callable[[StudyContext], None]] = {}
+
+
+def runner(name: str):
+    """Register a study runner under ``name`` (the recipe's ``runner`` key)."""
+
+    def register(fn: Callable[[StudyContext], None]):
+        _RUNNERS[name] = fn
+        return fn
+
+    return register
+
+
+def runners() -> dict[str, Callable]:
+    for module in RUNNER_MODULES:
+        try:
+            importlib.import_module(f"{__name__}.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{module}":
+                raise
+    return dict(_RUNNERS)
+
+
+@dataclass
+class StudyContext:
+    """What a runner gets: the recipe, its (quick-merged) parameters, and where and how to write."""
+
+    recipe: StudyRecipe
+    params: dict[str, Any]
+    quick: bool
+    out: Path
+    folder: Path  # the recipe's folder: relative paths in parameters resolve against it
+    files: list[str] = field(default_factory=list)
+    rows_written: int = 0
+
+    def param(self, key: str, default: Any = None) -> Any:
+        if key not in self.params and default is None:
+            raise UserInputError(f"study {self.recipe.name}: parameters.{key} is required by runner "
+                                 f"{self.recipe.runner!r}")
+        return self.params.get(key, default)
+
+    def path(self, ref: str) -> str:
+        """A preset name stays a name; a relative file path resolves against the recipe's folder."""
+        if ref.lower().endswith((".toml", ".yaml", ".yml", ".json")) and not Path(ref).is_absolute():
+            return str(self.folder / ref)
+        return ref
+
+    def write_csv(self, name: str, rows: list[dict]) -> Path:
+        path = self.out / name
+        columns: list[str] = []
+        for row in rows:
+            columns.extend(k for k in row if k not in columns)
+        with open(path, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns or ["empty"])
+            writer.writeheader()
+            for row in rows:
+                writer.writerow({k: (json.dumps(v) if isinstance(v, list | tuple | dict) else v)
+                                 for k, v in row.items()})
+        self.files.append(str(path))
+        self.rows_written += len(rows)
+        return path
+
+    def save_png(self, name: str, figure) -> Path:
+        path = self.out / name
+        figure.tight_layout()
+        figure.savefig(path, dpi=110)
+        import matplotlib.pyplot as plt
+
+        plt.close(figure)
+        self.files.append(str(path))
+        return path
+
+    def save_html(self, name: str, figure) -> Path:
+        path = self.out / name
+        figure.write_html(path, include_plotlyjs=True)  # self-contained: readable offline
+        self.files.append(str(path))
+        return path
+
+    def write_summary(self, text: str) -> Path:
+        path = self.out / "summary.md"
+        header = f"# {self.recipe.name}\n\n**Question.** {self.recipe.question}\n\n"
+        if self.quick:
+            header += "_Quick mode: a reduced version for tests; the full recipe gives the real answer._\n\n"
+        path.write_text(header + text.strip() + "\n")
+        self.files.append(str(path))
+        return path
+
+
+def figure(width: float = 7.0, height: float = 4.5):
+    """A matplotlib figure on the non-interactive backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(figsize=(width, height))
+
+
+def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: int = 4) -> str:
+    if not rows:
+        return "(no rows)\n"
+    columns = columns or list(rows[0])
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.{digits}g}"
+        return str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row.get(c, "")) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def run_study(recipe_path: str, out: str | None = None, quick: bool = False) -> dict[str, Any]:
+    """Run one recipe; returns where its files went and how long it took."""
+    recipe = load_file(recipe_path, expected_kind="study")
+    available = runners()
+    if recipe.runner not in available:
+        raise UserInputError(f"{recipe_path}: runner: must be one of {', '.join(sorted(available))} "
+                             f"(got {recipe.runner!r})")
+    params = {**recipe.parameters, **(recipe.quick if quick else {})}
+    folder = Path(out or Path("studies") / "out" / (recipe.name + ("-quick" if quick else "")))
+    folder.mkdir(parents=True, exist_ok=True)
+    context = StudyContext(recipe, params, quick, folder, Path(recipe_path).resolve().parent)
+    started = time.perf_counter()
+    available[recipe.runner](context)
+    return {"study": recipe.name, "runner": recipe.runner, "quick": quick, "out": str(folder),
+            "files": context.files, "rows": context.rows_written, "wall_s": time.perf_counter() - started}
