@@ -288,7 +288,8 @@ def _scenario_or_space(space: str | None, model, phase, batch, input_len, output
 
 def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None, batch: int | None,
               input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
-              workers: int | None, out: str | None) -> dict[str, Any]:
+              workers: int | None, out: str | None, backend: str = "local",
+              scheduler: str | None = None) -> dict[str, Any]:
     from deepstack.search import optimize as opt
     from deepstack.search import sweep as sw
 
@@ -296,7 +297,7 @@ def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None
     scenario = _scenario_or_space(space, model, phase, batch, input_len, output_len, precision)
     folder = out or f"studies/sweep-{mode}"
     result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
-                      workers=workers, with_ttft="ttft" in objectives)
+                      workers=workers, with_ttft="ttft" in objectives, backend=backend, scheduler=scheduler)
     return {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
             "wall_s": result.wall_s, "out": result.out, "objectives": result.objectives, "tiers": result.tiers,
             "pareto": result.pareto,

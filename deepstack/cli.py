@@ -235,17 +235,21 @@ def sweep(
     output_len: Annotated[int | None, typer.Option(help="Generated tokens per request.")] = None,
     precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")] = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
-    workers: Annotated[int | None, typer.Option(help="Local processes (default: up to 2).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Processes (local pool or LocalCluster; default up to 2).")] = (
+        None),
+    backend: Annotated[str, typer.Option(help="local (process pool) or dask.")] = "local",
+    scheduler: Annotated[str | None, typer.Option(help="Existing Dask scheduler, e.g. tcp://10.0.0.5:8786.")] = None,
     out: Annotated[str | None, typer.Option(help="Output folder (default studies/sweep-<mode>).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Evaluate a space exhaustively or hierarchically; write every point and the Pareto front.
+    """Evaluate a space exhaustively or hierarchically; write every point and the Pareto front. Progress is kept
+    in the output folder: re-running the same command resumes after the last finished chunk.
 
     Example: deepstack sweep --mode exhaustive --space small --out studies/small-sweep
     """
     result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
                            input_len=input_len, output_len=output_len, precision=precision, space=space,
-                           workers=workers, out=out)
+                           workers=workers, out=out, backend=backend, scheduler=scheduler)
     if json_out:
         report.print_json(result)
         return

@@ -13,12 +13,13 @@ points) and ``summary.json`` to its output folder.
 from __future__ import annotations
 
 import csv
+import hashlib
 import itertools
 import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,8 @@ from deepstack.search.space import (
 )
 
 MODES = ("hierarchical", "exhaustive")
+BACKENDS = ("local", "dask")
+CHUNK_POINTS = 8  # hardware points per chunk: the unit of scheduling, progress and resumption
 PROMOTED_SHARE = 0.05  # paper §4.2.3: the top 5 % of a tier advance to the next
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "frequency_ghz",
                   "memory_gib")
@@ -136,12 +139,76 @@ class SweepResult:
     tiers: list[dict]
 
 
-def _run(tasks: list[SweepTask], workers: int) -> list[dict]:
-    if workers <= 1 or len(tasks) <= 1:
-        return [row for task in tasks for row in evaluate_hardware(task)]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return [row for rows in pool.map(evaluate_hardware, tasks, chunksize=max(1, len(tasks) // (4 * workers)))
-                for row in rows]
+def evaluate_chunk(tasks: list[SweepTask]) -> list[dict]:
+    """One chunk of hardware points (the unit a backend schedules, records and resumes)."""
+    return [row for task in tasks for row in evaluate_hardware(task)]
+
+
+class ChunkLog:
+    """Finished chunks of a sweep, one JSON-lines file each in ``<out>/chunks/`` (written atomically), so a
+    re-run resumes after the last finished chunk and never evaluates a finished one twice."""
+
+    def __init__(self, out: Path, fingerprint: str):
+        self.folder = out / "chunks"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stamp = out / "sweep.json"
+        if stamp.exists():
+            previous = json.loads(stamp.read_text()).get("fingerprint")
+            if previous != fingerprint:
+                raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
+                                     "objectives); give a new --out folder")
+        else:
+            stamp.write_text(json.dumps({"fingerprint": fingerprint}))
+
+    def path(self, tier: str, index: int) -> Path:
+        return self.folder / f"{tier}-{index:05d}.jsonl"
+
+    def load(self, tier: str, index: int) -> list[dict] | None:
+        path = self.path(tier, index)
+        if not path.exists():
+            return None
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def save(self, tier: str, index: int, rows: list[dict]) -> None:
+        path = self.path(tier, index)
+        partial = path.with_suffix(".partial")
+        partial.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        os.replace(partial, path)  # atomic: a killed sweep leaves either the whole chunk or none of it
+        with open(self.folder / "evaluated.log", "a") as fh:
+            fh.write(f"{tier}-{index:05d}\n")
+
+
+def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, backend: str,
+         scheduler: str | None) -> list[dict]:
+    """Evaluate a tier chunk by chunk (resuming finished chunks) and merge the rows in chunk order."""
+    chunks = [tasks[i:i + CHUNK_POINTS] for i in range(0, len(tasks), CHUNK_POINTS)]
+    results: dict[int, list[dict]] = {}
+    todo = []
+    for index in range(len(chunks)):
+        rows = log.load(tier, index)
+        if rows is None:
+            todo.append(index)
+        else:
+            results[index] = rows
+
+    def done(index: int, rows: list[dict]) -> None:
+        log.save(tier, index, rows)
+        results[index] = rows
+
+    if todo:
+        if backend == "dask":
+            from deepstack.search.dask_backend import run_chunks
+
+            run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done, scheduler, workers)
+        elif workers <= 1 or len(todo) == 1:
+            for index in todo:
+                done(index, evaluate_chunk(chunks[index]))
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futures = {pool.submit(evaluate_chunk, chunks[i]): i for i in todo}
+                for future in as_completed(futures):
+                    done(futures[future], future.result())
+    return [row for index in range(len(chunks)) for row in results[index]]
 
 
 def _best_per_hardware(rows: list[dict], objective: str) -> dict[str, dict]:
@@ -170,15 +237,27 @@ def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) ->
 
 
 def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
-          workers: int | None = None, with_ttft: bool = False) -> SweepResult:
+          workers: int | None = None, with_ttft: bool = False, backend: str = "local",
+          scheduler: str | None = None) -> SweepResult:
     if mode not in MODES:
         raise UserInputError(f"--mode: must be one of {', '.join(MODES)} (got {mode!r})")
+    if backend not in BACKENDS:
+        raise UserInputError(f"--backend: must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    if scheduler and backend != "dask":
+        raise UserInputError("--scheduler: only with --backend dask")
     workers = workers or min(os.cpu_count() or 1, 2)
     if not 1 <= workers <= 256:
         raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
     design_space = load_space(space)
     space_ref = space or "default"
+    fingerprint = json.dumps({"mode": mode, "space": design_space.model_dump(mode="json"),
+                              "scenario": scenario.model_dump(mode="json"), "objectives": objectives,
+                              "ttft": with_ttft}, sort_keys=True)
+    log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
     started = time.perf_counter()
+
+    def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
+        return _run(name, tasks(points), workers, log, backend, scheduler)
 
     def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
         return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft) for p in points]
@@ -186,21 +265,21 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     tiers = []
     if mode == "exhaustive":
         points = all_points(design_space)
-        rows = _run(tasks(points), workers)
+        rows = _tier("all", points)
         tiers.append({"tier": "all", "hardware_points": len(points), "evaluations": len(rows)})
     else:
         tier1 = base_points(design_space)
-        rows = _run(tasks(tier1), workers)
+        rows = _tier("tier1", tier1)
         tiers.append({"tier": "1: chip × NoC × stacking × SRAM", "hardware_points": len(tier1),
                       "evaluations": len(rows)})
         promoted = _promote(rows, objectives[0])
         tier2 = _hop_points(design_space, promoted)
-        rows2 = _run(tasks(tier2), workers)
+        rows2 = _tier("tier2", tier2)
         tiers.append({"tier": "2: hop latency", "hardware_points": len(tier2), "evaluations": len(rows2)})
         rows += rows2
         promoted = _promote(rows, objectives[0])
         tier3 = _bw_points(design_space, promoted)
-        rows3 = _run(tasks(tier3), workers)
+        rows3 = _tier("tier3", tier3)
         tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3)})
         rows += rows3
     wall = time.perf_counter() - started
