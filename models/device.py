@@ -26,6 +26,7 @@ class DramSpec:
     banks: int
     row_B: int
     row_overhead_s: float  # tRCD + tRP: paid by every row activation
+    refresh_availability: float  # 1 − tRFC/tREFI: the share of time banks are not refreshing
     access_latency_s: float
     interleave_ways: int  # 1 = direct-attached banks
     energy_J_per_B: float
@@ -111,6 +112,7 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
             technology=dram.technology, stacked_layers=m, connected_layers=n, capacity_B=dram.capacity_B,
             peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,
             row_overhead_s=dram.timing.row_cycle_overhead_s, access_latency_s=dram.timing.access_latency_s,
+            refresh_availability=dram.timing.refresh_availability,
             interleave_ways=dram.interleave_ways if dram.connectivity == "interleaved" else 1,
             energy_J_per_B=dram.energy_pJ_per_bit * 8e-12,
         )
@@ -121,6 +123,7 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
             technology=dram.technology, stacked_layers=0, connected_layers=0, capacity_B=dram.capacity_B,
             peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,
             row_overhead_s=dram.timing.row_cycle_overhead_s, access_latency_s=dram.timing.access_latency_s,
+            refresh_availability=dram.timing.refresh_availability,
             # HBM: the 16 banks (4 bank groups × 4) of a pseudo-channel interleave behind it (CALIBRATION.md §4)
             interleave_ways=HBM_BANKS_PER_PSEUDO_CHANNEL,
             energy_J_per_B=dram.energy_pJ_per_bit * 8e-12,

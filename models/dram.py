@@ -11,6 +11,9 @@ banks therefore reach an efficiency of transfer / (transfer + overhead), highest
 With w-way interleaving, w banks share one channel and activate while another bank transfers, hiding the
 overhead up to w × transfer (efficiency min(1, w·transfer / (transfer + overhead))).
 
+Refresh takes every bank away for tRFC once per tREFI, so every sustained figure is scaled by
+1 − tRFC/tREFI (6.7 % with DRAMsim3's HBM2 timing).
+
 On top of the curve: Little's law (eq. 1, 3) bounds bandwidth by in-flight bytes / access latency, and data
 fills L1 no faster than the PEs' L1 write bandwidth. At the bank level (§4.1.3 (iii), (iv)), each access of a
 memory wave is mapped to banks by address; the busiest bank sets the wave's service time. That one mechanism
@@ -35,7 +38,7 @@ def transaction_efficiency(dram: DramSpec, transaction_B: float) -> float:
     channel_bw = dram.bank_bw_Bps * dram.interleave_ways  # direct: one bank per channel
     transfer_s = transaction_B / channel_bw
     overhead_s = rows * dram.row_overhead_s
-    return min(1.0, dram.interleave_ways * transfer_s / (transfer_s + overhead_s))
+    return min(1.0, dram.interleave_ways * transfer_s / (transfer_s + overhead_s)) * dram.refresh_availability
 
 
 def curve_bw_Bps(dram: DramSpec, transaction_B: float) -> float:
@@ -94,7 +97,7 @@ def bank_service_time_s(dram: DramSpec, starts, lengths, bank_offsets=None) -> t
         channels = dram.banks // ways
         transfers = np.bincount(np.arange(dram.banks) % channels, weights=bytes_per_bank / channel_bw)
         busy = np.maximum(per_bank.max(), transfers.max())
-    return float(np.max(busy)), int((bytes_per_bank > 0).sum())
+    return float(np.max(busy)) / dram.refresh_availability, int((bytes_per_bank > 0).sum())
 
 
 @functools.lru_cache(maxsize=65536)
@@ -112,4 +115,4 @@ def stream_time_s(dram: DramSpec, total_B: float, segment_B: float) -> float:
     busy = bytes_per_bank / bank_bw + per_bank * rows_per_transaction * dram.row_overhead_s
     if dram.interleave_ways > 1:
         busy = max(bytes_per_bank / bank_bw, busy / dram.interleave_ways)
-    return max(busy, total_B / dram.peak_bw_Bps)
+    return max(busy, total_B / dram.peak_bw_Bps) / dram.refresh_availability

@@ -4,6 +4,7 @@ collectives on the mapped network with tile-level overlap → pipeline → power
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
@@ -203,8 +204,36 @@ def _microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
     return options or [per_replica]
 
 
+_PHASES: OrderedDict = OrderedDict()  # memo of run_phase: evaluations differing only in DVFS/reporting reuse it
+PHASE_MEMO_SIZE = 8192
+
+
+def _point_key(point: DesignPoint, scenario: Scenario) -> tuple:
+    s = point.schedule
+    return (point.chip, point.network, point.stacked_layers, point.connected_layers, point.sram,
+            point.noc_bw_scale, scenario, s.attention, s.ffn, s.pp, s.fsdp, s.microbatches,
+            tuple(sorted(s.collectives.items())))
+
+
 def run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
-    """Time one step of ``scenario.phase`` on the busiest device, choosing the PP microbatch count."""
+    """Time one step of ``scenario.phase`` on the busiest device, choosing the PP microbatch count (memoised:
+    a phase is a pure function of the design point and the scenario)."""
+    key = _point_key(point, scenario)
+    if key in _PHASES:
+        _PHASES.move_to_end(key)
+        return _PHASES[key]
+    result = _run_phase(point, dev, scenario)
+    _PHASES[key] = result
+    if len(_PHASES) > PHASE_MEMO_SIZE:
+        _PHASES.popitem(last=False)
+    return result
+
+
+def clear_phase_memo() -> None:
+    _PHASES.clear()
+
+
+def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
     s = point.schedule
     topology = distributed.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = distributed.layouts(scenario.model, scenario, s) if topology is not None else None

@@ -114,19 +114,25 @@ def _resident(dev: DeviceSpec, bytes_B: float) -> bool:
     return bytes_B <= dev.l2_B * L2_RESIDENT_SHARE
 
 
-@functools.lru_cache(maxsize=65536)
-def gemm_candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> tuple[OpTiming, ...]:
-    """Every tiling the tuner considers for a GEMM on ``dev``, timed (``swizzle=False`` forces the unswizzled
-    layout, for studies and tests)."""
+@dataclass(frozen=True)
+class _Candidates:
+    """Every tiling the tuner considers for one GEMM, as parallel arrays (searched with numpy)."""
+
+    tm: np.ndarray
+    tn: np.ndarray
+    tk: np.ndarray
+    stages: np.ndarray
+    split: np.ndarray
+    grouped: np.ndarray  # rasterisation: True = grouped (square-ish waves), False = row order
+    time_s: np.ndarray
+    waves: np.ndarray
+
+
+def _candidate_grid(g: Gemm, dev: DeviceSpec) -> list[tuple[int, int, int, int, int, bool]]:
+    """(tm, tn, tk, stages, split-K, grouped) of every tiling that fits registers and L1."""
     mt, nt, kt = dev.min_tile
-    out = []
-    a_total = g.groups * g.m * g.k * g.a_bytes
-    c_total = g.groups * g.m * g.n * g.c_bytes
-    b_total = g.groups * g.k * g.n * g.b_bytes
-    a_resident = _resident(dev, a_total)
-    c_resident = _resident(dev, c_total)
-    b_resident = (not g.weight) and _resident(dev, b_total)
     acc_limit = dev.l0_B * ACCUMULATOR_SHARE_OF_L0
+    grid = []
     for tm in _edge_candidates(mt, g.m):
         for tn in _edge_candidates(nt, g.n):
             if tm * tn * ACCUMULATOR_BYTES > acc_limit and not (tm == mt and tn == nt):
@@ -140,19 +146,121 @@ def gemm_candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> tuple[OpT
                     stage_B = tm * tk * g.a_bytes + tk * tn * g.b_bytes
                     # the deepest pipeline that fits L1: more stages only add bytes in flight (Little) and
                     # widen the bank window, so shallower ones are never faster
-                    stages = max((s for s in STAGES if s * stage_B <= dev.l1_B), default=None)
+                    stages = max((st for st in STAGES if st * stage_B <= dev.l1_B), default=None)
                     if stages is None:
                         continue
-                    rasters = ("row",) if math.ceil(g.m / tm) == 1 else ("row", "grouped")
-                    out.extend(_time_gemm(g, dev, tm, tn, tk, stages, split, raster, swizzle, a_resident,
-                                          b_resident, c_resident) for raster in rasters)
-    return tuple(out)
+                    for grouped in ((False,) if math.ceil(g.m / tm) == 1 else (False, True)):
+                        grid.append((tm, tn, tk, stages, split, grouped))
+    return grid
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
+def _stream_time_array(dram: dram_model.DramSpec, total_B: np.ndarray, segment_B: float) -> np.ndarray:
+    """Vectorised :func:`deepstack.models.dram.stream_time_s` (same formula, element-wise)."""
+    total = np.asarray(total_B, dtype=float)
+    segment = np.maximum(1.0, np.minimum(segment_B, total))
+    transactions = np.ceil(total / segment)
+    per_bank = np.ceil(transactions / dram.banks)
+    rows_per = np.ceil(segment / dram.row_B)
+    bytes_per_bank = np.minimum(per_bank * segment, total)
+    busy = bytes_per_bank / dram.bank_bw_Bps + per_bank * rows_per * dram.row_overhead_s
+    if dram.interleave_ways > 1:
+        busy = np.maximum(bytes_per_bank / dram.bank_bw_Bps, busy / dram.interleave_ways)
+    return np.where(total > 0, np.maximum(busy, total / dram.peak_bw_Bps), 0.0) / dram.refresh_availability
+
+
+@functools.lru_cache(maxsize=65536)
+def _candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> _Candidates:
+    """Time every candidate tiling at once; mirrors :func:`_time_gemm` element-wise."""
+    grid = _candidate_grid(g, dev)
+    if not grid:
+        raise ValueError(f"{g.name}: no tiling fits L1 ({dev.l1_B / 1024:g} KiB)")
+    tm, tn, tk, stages, split, grouped = (np.array(col) for col in zip(*grid, strict=True))
+    mt, nt, kt = dev.min_tile
+    clock = dev.clock_Hz
+    a_res = _resident(dev, g.groups * g.m * g.k * g.a_bytes)
+    c_res = _resident(dev, g.groups * g.m * g.n * g.c_bytes)
+    b_res = (not g.weight) and _resident(dev, g.groups * g.k * g.n * g.b_bytes)
+    k_len = _ceil_div(g.k, split)
+    row_blocks = _ceil_div(g.m, tm)
+    col_blocks = _ceil_div(g.n, tn) * split
+    tiles = g.groups * row_blocks * col_blocks
+    mma = (_ceil_div(tm, mt) * _ceil_div(tn, nt) * _ceil_div(k_len, kt) * 2 * mt * nt * kt
+           / dev.matrix_flops_per_cycle)
+    epi_vector = tm * tn * (g.epilogue_vector_flops + (split > 1))
+    epi = epi_vector / dev.vector_flops_per_cycle + tm * tn * g.epilogue_sfu_ops / dev.sfu_ops_per_cycle
+    fill = k_len * (tm * g.a_bytes + tn * g.b_bytes)
+    reads = np.array([_operand_reads(a, b, mt, nt, dev.wgmma) for a, b in zip(tm, tn, strict=True)])
+    read = k_len * (tm * g.a_bytes * reads[:, 0] + tn * g.b_bytes * reads[:, 1])
+    l2_tile = fill + tm * tn * (g.c_bytes + g.epilogue_read_bytes)
+    compute_s = (mma + epi) / clock
+    l1_s = np.maximum(fill, read) / dev.l1_bw_B_per_cycle / clock
+    waves = _ceil_div(tiles, dev.pes)
+    window_steps = stages - 1
+    k_steps = _ceil_div(k_len, tk)
+    total = np.zeros(len(grid))
+    dram_total = np.zeros(len(grid))
+    for count, active in ((np.where(waves > 1, waves - 1, 0), np.full(len(grid), dev.pes)),
+                          (np.ones(len(grid), dtype=int), tiles - np.maximum(waves - 1, 0) * dev.pes)):
+        rows, cols = _wave_blocks_array(active, row_blocks, col_blocks, g.groups, grouped)
+        b_B = np.zeros(len(grid)) if b_res else cols * k_len * tn * g.b_bytes
+        a_B = np.zeros(len(grid)) if a_res else rows * tm * k_len * g.a_bytes
+        c_B = np.zeros(len(grid)) if c_res else active * tm * tn * g.c_bytes
+        wave_B = a_B + b_B + c_B
+        bank_s = np.zeros(len(grid))
+        if not b_res:
+            window = (np.minimum(window_steps, k_steps) * tk * tn * g.b_bytes).astype(np.int64)
+            stride = (k_len * tn * g.b_bytes).astype(np.int64)
+            for i in range(len(grid)):
+                window_s, _ = _weight_window_time_s(dev.dram, int(cols[i]), int(stride[i]), int(window[i]), swizzle)
+                bank_s[i] = window_s * math.ceil(k_steps[i] / window_steps[i])
+        bank_s = bank_s + _stream_time_array(dev.dram, a_B + c_B, min(g.k * g.a_bytes, dev.dram.row_B))
+        in_flight = active * window_steps * ((0 if b_res else tk * tn * g.b_bytes)
+                                             + (0 if a_res else tm * tk * g.a_bytes))
+        little = np.maximum(in_flight, 1.0) / dev.dram.access_latency_s
+        l1_fill = active * dev.l1_bw_B_per_cycle * clock
+        dram_s = np.where(wave_B > 0, np.maximum(bank_s, wave_B / np.minimum(np.minimum(
+            dev.dram.peak_bw_Bps, little), l1_fill)), 0.0)
+        clocked = np.maximum(np.maximum(compute_s, l1_s), active * l2_tile / dev.l2_bw_Bps)
+        total += count * np.maximum(clocked, dram_s)
+        dram_total += count * wave_B
+    total += np.where(dram_total > 0, dev.dram.access_latency_s, 0.0)
+    return _Candidates(tm, tn, tk, stages, split, grouped, total, waves)
+
+
+def _wave_blocks_array(tiles, row_blocks, col_blocks, groups: int, grouped):
+    """Vectorised :func:`_gemm_wave_blocks`."""
+    per_group = row_blocks * col_blocks
+    side = np.maximum(1, np.round(np.sqrt(tiles)).astype(np.int64))
+    use_grouped = grouped & (row_blocks > 1)
+    rows_g = np.minimum(row_blocks, side)
+    cols_g = np.minimum(col_blocks, _ceil_div(tiles, rows_g))
+    cols_r = np.minimum(col_blocks, tiles)
+    rows_r = np.minimum(row_blocks, _ceil_div(tiles, col_blocks))
+    rows = np.where(use_grouped, rows_g, rows_r)
+    cols = np.where(use_grouped, cols_g, cols_r)
+    spans = np.maximum(1, _ceil_div(tiles, per_group))
+    return np.where(spans > 1, rows * spans, rows), cols * np.minimum(groups, spans)
+
+
+def _retime(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> OpTiming:
+    """The full timing record of candidate ``i`` (from the scalar model, for the report)."""
+    a_res = _resident(dev, g.groups * g.m * g.k * g.a_bytes)
+    c_res = _resident(dev, g.groups * g.m * g.n * g.c_bytes)
+    b_res = (not g.weight) and _resident(dev, g.groups * g.k * g.n * g.b_bytes)
+    return _time_gemm(g, dev, int(c.tm[i]), int(c.tn[i]), int(c.tk[i]), int(c.stages[i]), int(c.split[i]),
+                      "grouped" if c.grouped[i] else "row", swizzle, a_res, b_res, c_res)
 
 
 @functools.lru_cache(maxsize=65536)
 def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
-    """The fastest tiling of a GEMM on ``dev``."""
-    return min(gemm_candidates(g, dev, swizzle), key=lambda c: c.time_s)
+    """The fastest tiling of a GEMM on ``dev`` (``swizzle=False`` forces the unswizzled layout, for studies
+    and tests)."""
+    c = _candidates(g, dev, swizzle)
+    return _retime(g, dev, c, int(np.argmin(c.time_s)), swizzle)
 
 
 def overlap_time_s(waves: int, total_comp_s: float, comm_bw_s: float, latency_s: float) -> float:
@@ -177,8 +285,13 @@ def overlap_time_s(waves: int, total_comp_s: float, comm_bw_s: float, latency_s:
 def tune_gemm_overlapped(g: Gemm, dev: DeviceSpec, comm_bw_s: float, latency_s: float) -> OpTiming:
     """The tiling that minimises eq. 5 with the collective this GEMM feeds: small tiles give more waves to hide
     communication behind, large tiles more reuse (paper §4.1.5, Fig. 7)."""
-    return min(gemm_candidates(g, dev),
-               key=lambda c: overlap_time_s(c.waves, c.time_s, comm_bw_s, latency_s))
+    c = _candidates(g, dev)
+    serial = c.time_s + comm_bw_s + latency_s
+    w = np.maximum(c.waves, 1)
+    steady = np.maximum((w - 1) * c.time_s / w, (w - 1) * comm_bw_s / w + latency_s)
+    pipelined = c.time_s / w + comm_bw_s / w + latency_s + steady
+    overlapped = np.where(c.waves <= 1, serial, np.minimum(serial, pipelined))
+    return _retime(g, dev, c, int(np.argmin(overlapped)), True)
 
 
 def _operand_reads(tm: int, tn: int, mt: int, nt: int, wgmma: bool) -> tuple[int, int]:
@@ -289,10 +402,13 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
         for bq in q_blocks:
             for split in splits:
                 for kv_block in ATTENTION_KV_BLOCKS:
-                    for stages in STAGES:
+                    # the deepest pipeline that fits L1 (shallower ones only hold fewer bytes in flight)
+                    for stages in sorted(STAGES, reverse=True):
                         cand = _time_attention(op, dev, head_block, bq, split, stages, kv_block)
-                        if cand is not None and (best is None or cand.time_s < best.time_s):
-                            best = cand
+                        if cand is not None:
+                            if best is None or cand.time_s < best.time_s:
+                                best = cand
+                            break
     if best is None:
         raise ValueError(f"{op.name}: no attention tiling fits in L1 ({dev.l1_B / 1024:g} KiB)")
     return best

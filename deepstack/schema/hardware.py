@@ -55,6 +55,21 @@ class DramTiming(Frozen):
     tRAS_ns: float = Field(gt=0, le=1e5, description="activate to precharge (minimum row open time)")
     tCL_ns: float = Field(gt=0, le=1e4, description="column access (CAS) latency")
     access_latency_ns: float = Field(gt=0, le=1e5, description="idle load-to-use latency seen by a PE")
+    # Refresh: every tREFI a bank is unavailable for tRFC. DRAMsim3 HBM2_8Gb_x128.ini: tRFC 260, tREFI 3900 tCK
+    # at tCK = 1 ns (CALIBRATION.md §4 row's source) — 6.7 % of the time
+    tRFC_ns: float = Field(260.0, ge=0, le=1e5, description="refresh cycle time")
+    tREFI_ns: float = Field(3900.0, gt=0, le=1e7, description="refresh interval (halved above 85 °C)")
+
+    @model_validator(mode="after")
+    def _refresh_fits(self) -> DramTiming:
+        if self.tRFC_ns >= self.tREFI_ns:
+            raise ValueError(f"tRFC_ns ({self.tRFC_ns:g}) must be below tREFI_ns ({self.tREFI_ns:g})")
+        return self
+
+    @property
+    def refresh_availability(self) -> float:
+        """Fraction of time a bank can serve requests between refreshes."""
+        return 1.0 - self.tRFC_ns / self.tREFI_ns
 
     @property
     def row_cycle_overhead_s(self) -> float:
