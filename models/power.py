@@ -1,9 +1,11 @@
 """Energy coefficients and the energy of counted work (paper §4.1.2, CALIBRATION.md §3).
 
 Horowitz (ISSCC 2014) gives 45 nm energies. They are scaled to 7 nm explicitly by C·V²: switched capacitance
-scales with the feature size (7/45) and the supply drops from 0.9 V (Horowitz's 45 nm) to 0.7 V (7 nm nominal),
-a factor (7/45)·(0.7/0.9)² = 0.094. Sanity bound (CALIBRATION.md §3): H100 reaches 0.71 pJ/FLOP at board
-level in 4 nm, everything included; our 7 nm per-FLOP datapath energy must stay well below it.
+scales with the physical gate pitch — node names are not dimensions — from the 160 nm contacted poly pitch of
+a 45 nm process (Intel, IEDM 2007) to the 57 nm of TSMC N7 (IEDM 2016), and the supply drops from 0.9 V
+(Horowitz's 45 nm) to 0.7 V (7 nm nominal): a factor (57/160)·(0.7/0.9)² = 0.216. Sanity bound
+(CALIBRATION.md §3): H100 reaches 0.71 pJ/FLOP at board level in 4 nm, everything included; our 7 nm per-FLOP
+datapath energy must stay below it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 PJ = 1e-12
 
-FEATURE_SCALE = 7 / 45  # 45 nm → 7 nm capacitance
+FEATURE_SCALE = 57 / 160  # 45 nm → 7 nm capacitance: contacted poly pitch 160 nm (Intel 45 nm) → 57 nm (TSMC N7)
 VOLTAGE_SCALE = (0.7 / 0.9) ** 2  # 0.9 V (45 nm) → 0.7 V (7 nm)
 TECH_SCALE_45_TO_7 = FEATURE_SCALE * VOLTAGE_SCALE
 
