@@ -70,10 +70,10 @@ def open_storage(url: str):
         else:
             kwargs = {}
         # a killed worker's trial goes stale after the grace period; it is then failed and re-run once with the
-        # same parameters, so no proposal is lost (optuna.storages.RetryFailedTrialCallback)
+        # same parameters, so no proposal is lost (Optuna 5: RetryHeartbeatStaleTrialCallback)
+        retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=1)
         return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                                          grace_period=HEARTBEAT_GRACE_S,
-                                          failed_trial_callback=optuna.storages.RetryFailedTrialCallback(max_retry=1))
+                                          grace_period=HEARTBEAT_GRACE_S, heartbeat_stale_trial_callback=retry)
     except Exception as exc:  # SQLAlchemy raises many types; any of them means the URL is unusable
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserInputError(f"--storage: cannot open {url!r}: {first[:200]}") from None

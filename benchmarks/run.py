@@ -1,0 +1,129 @@
+"""DeepStack speed benchmarks (issue "Speed"): medians over repeated runs after a warm-up; prints one table and
+writes benchmarks/results/run.json (git-ignored). Run: `python benchmarks/run.py [--quick]`.
+
+1. one full design-point evaluation (DeepSeek-V3 decode, batch 1024, 256 devices on TMS1, tp=4,ep=32,pp=2):
+   cold (every cache cleared) and memoised;
+2. best-schedule search over every feasible strategy of one hardware point (same scenario, Standard/TMS1);
+3. a 256-node all-to-all network evaluation (1 MiB per rank, TMS1);
+4. hierarchical sweep throughput (design points per second) on the small space, 1 and 2 processes;
+5. Optuna overhead per trial with SQLite storage against the evaluation time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from deepstack import catalog
+from deepstack.models import clear_caches, collectives, network
+from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.models.schedule_search import best_schedule
+from deepstack.schema import Scenario, Schedule
+
+TARGETS = {"design point memoised (ms)": 2.0, "design point cold (ms)": 50.0, "best-schedule search (s)": 2.0,
+           "all-to-all 256 nodes (ms)": 5.0, "sweep points/s (2 processes)": 2000.0}
+
+
+def _median(fn, runs: int, warmup: int = 1, before=None) -> float:
+    for _ in range(warmup):
+        if before:
+            before()
+        fn()
+    times = []
+    for _ in range(runs):
+        if before:
+            before()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def design_point() -> DesignPoint:
+    return DesignPoint(chip=catalog.load("chips", "standard"),
+                       scenario=Scenario(model="deepseek-v3", phase="decode", batch=1024),
+                       schedule=Schedule.parse("tp=4,ep=32,pp=2"), network=catalog.load("nocs", "tms1"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    reps = 3 if args.quick else 10
+    results: dict[str, float] = {}
+    point = design_point()
+    results["design point cold (ms)"] = 1e3 * _median(lambda: evaluate(point, with_ttft=False), max(2, reps // 3),
+                                                      before=clear_caches)
+    evaluate(point, with_ttft=False)
+    results["design point memoised (ms)"] = 1e3 * _median(lambda: evaluate(point, with_ttft=False), reps * 5)
+    hardware = DesignPoint(chip=point.chip, scenario=point.scenario, network=point.network)
+    results["best-schedule search (s)"] = _median(lambda: best_schedule(hardware), 1, warmup=0, before=clear_caches)
+    topo = network.NetworkTopology.from_schema(catalog.load("nocs", "tms1"))
+    network.prepare(topo)
+    n = topo.devices
+    traffic = np.full((n, n), (1 << 20) / n)  # every rank sends 1 MiB split evenly (direct all-to-all, one TM)
+    np.fill_diagonal(traffic, 0.0)
+    results["all-to-all 256 nodes (ms)"] = 1e3 * _median(lambda: network.route_traffic(traffic, topo), reps * 2)
+    group = [tuple(range(n))]
+    results["all-to-all collective, auto, cold memo (ms)"] = 1e3 * _median(
+        lambda: collectives.collective_time("all_to_all", 1 << 20, group, topo), reps, before=clear_caches)
+    results.update(_sweep_throughput())
+    results.update(_optuna_overhead())
+    rows = []
+    for name, value in results.items():
+        target = TARGETS.get(name)
+        ok = "" if target is None else ("meets" if (value >= target if "points/s" in name else value <= target)
+                                        else "misses")
+        rows.append((name, value, target, ok))
+    print(f"{'measurement':40s} {'median':>12s} {'target':>10s}")
+    for name, value, target, ok in rows:
+        print(f"{name:40s} {value:12.3f} {'' if target is None else f'{target:10g}'} {ok}")
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / "run.json").write_text(json.dumps({"results": results, "targets": TARGETS}, indent=2))
+
+
+def _sweep_throughput() -> dict[str, float]:
+    from deepstack.search.space import load_space, scenarios
+    from deepstack.search.sweep import sweep
+
+    space = "small"
+    scenario = scenarios(load_space(space))[0]
+    out: dict[str, float] = {}
+    for workers in (1, 2):
+        clear_caches()
+        with tempfile.TemporaryDirectory() as folder:
+            result = sweep(mode="hierarchical", space=space, scenario=scenario, objectives=["stps", "tokens_per_joule"],
+                           out=folder, workers=workers)
+        out[f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"] = result.evaluations / result.wall_s
+    out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
+    return out
+
+
+def _optuna_overhead() -> dict[str, float]:
+    from deepstack.search.optimize import optimize
+    from deepstack.search.space import load_space, scenarios
+
+    scenario = scenarios(load_space("small"))[0]
+    with tempfile.TemporaryDirectory() as folder:
+        started = time.perf_counter()
+        optimize(objectives=["stps", "tokens_per_joule"], space="small", scenario=scenario, trials=30,
+                 study="bench", storage=f"sqlite:///{folder}/bench.db", seed=1, out=folder)
+        per_trial = (time.perf_counter() - started) / 30
+    evaluations = []
+    for _ in range(5):
+        start = time.perf_counter()
+        evaluate(design_point(), with_ttft=False)
+        evaluations.append(time.perf_counter() - start)
+    return {"optuna trial, SQLite, incl. evaluation (ms)": 1e3 * per_trial,
+            "memoised evaluation for comparison (ms)": 1e3 * float(np.median(evaluations))}
+
+
+if __name__ == "__main__":
+    main()
