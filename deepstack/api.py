@@ -251,14 +251,9 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
                  out: str | None, progress=None) -> dict[str, Any]:
     """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario."""
     from deepstack.search import optimize as opt
-    from deepstack.search.space import load_space, scenarios
 
     objectives = opt.parse_objectives(objective)
-    design_space = load_space(space)
-    first = scenarios(design_space)[0]
-    scenario = build_scenario(model or first.model.name, phase or first.phase, batch or first.batch,
-                              input_len or first.input_len, output_len or first.output_len,
-                              precision or (str(first.precision) if model is None else None))
+    scenario = _scenario_or_space(space, model, phase, batch, input_len, output_len, precision)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress)
     return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,

@@ -21,6 +21,13 @@ app = typer.Typer(
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
+# scenario flags of the search commands: each defaults to the design space's first scenario
+SpaceModel = Annotated[str | None, typer.Option(help="LLM (default: the space's scenario).")]
+SpacePhase = Annotated[str | None, typer.Option(help="prefill or decode.")]
+SpaceBatch = Annotated[int | None, typer.Option(help="Requests served together.")]
+SpaceInputLen = Annotated[int | None, typer.Option(help="Prompt tokens per request.")]
+SpaceOutputLen = Annotated[int | None, typer.Option(help="Generated tokens per request.")]
+SpacePrecision = Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")]
 
 _CATALOG_COLUMNS = {
     "llms": ["name", "architecture", "attention", "layers", "hidden", "parameters_B", "published_params_B",
@@ -185,12 +192,12 @@ def collective(
 def optimize(
     objective: Annotated[str, typer.Option(help="Comma-separated: stps, tokens_per_joule, utps, ttft.")] = (
         "stps,tokens_per_joule"),
-    model: Annotated[str | None, typer.Option(help="LLM (default: the space's scenario).")] = None,
-    phase: Annotated[str | None, typer.Option(help="prefill or decode.")] = None,
-    batch: Annotated[int | None, typer.Option(help="Requests served together.")] = None,
-    input_len: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
-    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request.")] = None,
-    precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")] = None,
+    model: SpaceModel = None,
+    phase: SpacePhase = None,
+    batch: SpaceBatch = None,
+    input_len: SpaceInputLen = None,
+    output_len: SpaceOutputLen = None,
+    precision: SpacePrecision = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, paper, or a TOML file.")] = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
@@ -228,12 +235,12 @@ def sweep(
         "hierarchical"),
     objective: Annotated[str, typer.Option(help="Objectives of the front; the first ranks the tiers.")] = (
         "stps,tokens_per_joule"),
-    model: Annotated[str | None, typer.Option(help="LLM (default: the space's scenario).")] = None,
-    phase: Annotated[str | None, typer.Option(help="prefill or decode.")] = None,
-    batch: Annotated[int | None, typer.Option(help="Requests served together.")] = None,
-    input_len: Annotated[int | None, typer.Option(help="Prompt tokens per request.")] = None,
-    output_len: Annotated[int | None, typer.Option(help="Generated tokens per request.")] = None,
-    precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")] = None,
+    model: SpaceModel = None,
+    phase: SpacePhase = None,
+    batch: SpaceBatch = None,
+    input_len: SpaceInputLen = None,
+    output_len: SpaceOutputLen = None,
+    precision: SpacePrecision = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
     workers: Annotated[int | None, typer.Option(help="Processes (local pool or LocalCluster; default up to 2).")] = (
         None),
