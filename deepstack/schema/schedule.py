@@ -79,6 +79,11 @@ class Schedule(Frozen):
     def devices(self) -> int:
         return self.attention.devices * self.pp
 
+    def __hash__(self) -> int:
+        # the collectives table is a dict; hash its items so schedules (and design points) can key memos
+        return hash((self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
+                     tuple(sorted(self.collectives.items()))))
+
     @property
     def is_per_module(self) -> bool:
         return self.attention != self.ffn
