@@ -114,7 +114,8 @@ class PhaseResult:
                 core += r.count * (t.matrix_flops * coefficients.matrix_J_per_flop
                                    + t.vector_flops * coefficients.vector_J_per_flop
                                    + t.sfu_ops * coefficients.sfu_J_per_op
-                                   + t.l1_B * coefficients.l1_J_per_B + t.l2_B * coefficients.l2_J_per_B)
+                                   + t.l0_B * coefficients.l0_J_per_B + t.l1_B * coefficients.l1_J_per_B
+                                   + t.l2_B * coefficients.l2_J_per_B)
                 dram += r.count * t.dram_B * coefficients.dram_J_per_B
             if isinstance(r, CommRow | OverlapRow):
                 for load in r.result.level_utilization:

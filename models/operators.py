@@ -30,6 +30,7 @@ ACCUMULATOR_SHARE_OF_L0 = 0.5  # registers left for accumulators after operands 
 L2_RESIDENT_SHARE = 0.5  # a tensor stays in L2 between operators if it fits in half of it (inferred)
 ATTENTION_KV_BLOCKS = (16, 32, 64, 128)  # keys per pipeline stage searched (FlashAttention-2 uses 64–128)
 WAVE_BOUNDS = ("matrix", "vector", "sfu", "l1", "l2", "dram")
+VECTOR_OPERAND_BYTES = 12  # an element-wise FP32 op reads two 4-byte operands and writes one from registers
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class OpTiming:
     config: str
     wave_timings: tuple[WaveTiming, ...]
     prologue_s: float
+    l0_B: float = 0.0  # register-file traffic: operands staged into registers for the units
+
 
     def time_at(self, clock_scale: float) -> float:
         """Time at ``clock_scale`` × the nominal clock (DRAM time does not scale)."""
@@ -382,7 +385,7 @@ def _time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int,
     return OpTiming(
         name=g.name, kind="gemm", time_s=time_s, bound=bound, matrix_flops=g.flops,
         vector_flops=g.groups * g.m * g.n * g.epilogue_vector_flops, sfu_ops=g.groups * g.m * g.n * g.epilogue_sfu_ops,
-        dram_B=dram_total, l2_B=tiles * l2_tile_B, l1_B=tiles * l1_tile_B, waves=waves,
+        dram_B=dram_total, l2_B=tiles * l2_tile_B, l1_B=tiles * l1_tile_B, l0_B=tiles * l1_read_B, waves=waves,
         config=f"tile {tm}x{tn}x{tk}, {stages} stages, split-K {split}, {raster} raster"
                + ("" if swizzle else ", unswizzled"),
         wave_timings=tuple(wave_timings), prologue_s=prologue,
@@ -470,7 +473,8 @@ def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, sp
     return OpTiming(
         name=op.name, kind="attention", time_s=time_s, bound=bound, matrix_flops=op.flops,
         vector_flops=op.scores * 4, sfu_ops=op.scores, dram_B=dram_total,
-        l2_B=tiles * (kv_tile_B + qo_tile_B), l1_B=tiles * (2 * kv_tile_B + qo_tile_B), waves=waves,
+        l2_B=tiles * (kv_tile_B + qo_tile_B), l1_B=tiles * (2 * kv_tile_B + qo_tile_B),
+        l0_B=tiles * (kv_tile_B + qo_tile_B), waves=waves,
         config=layout + f"{stages} stages", wave_timings=tuple(wave_timings), prologue_s=prologue,
     )
 
@@ -499,6 +503,7 @@ def time_vector(op: Vector, dev: DeviceSpec) -> OpTiming:
         name=op.name, kind="vector", time_s=prologue + max(timing.clocked_s, timing.fixed_s), bound=timing.bound,
         matrix_flops=0.0, vector_flops=op.elements * op.vector_flops, sfu_ops=op.elements * op.sfu_ops,
         dram_B=dram_B, l2_B=total_B, l1_B=total_B, waves=waves, config="stream", wave_timings=(timing,),
+        l0_B=op.elements * VECTOR_OPERAND_BYTES,
         prologue_s=prologue,
     )
 
