@@ -177,9 +177,10 @@ def _numbers(value: str | None, what: str, kind=float) -> list:
     for part in _split(value, what):
         try:
             number = kind(part)
-        except ValueError:
-            raise UserInputError(f"{what}: {part!r} is not a number") from None
-        if not math.isfinite(number):
+            finite = math.isfinite(number)
+        except (ValueError, OverflowError):
+            raise UserInputError(f"{what}: {part[:20]!r}… is not a usable number") from None
+        if not finite:
             raise UserInputError(f"{what}: must be finite (got {part!r})")
         out.append(number)
     return out
@@ -276,9 +277,13 @@ def _scenario_or_space(space: str | None, model, phase, batch, input_len, output
     from deepstack.search.space import load_space, scenarios
 
     first = scenarios(load_space(space))[0]
-    return build_scenario(model or first.model.name, phase or first.phase, batch or first.batch,
-                          input_len or first.input_len, output_len or first.output_len,
-                          precision or (str(first.precision) if model is None else None))
+
+    def given(value, default):  # a flag set to 0 or "" is still set: the schema then refuses it
+        return default if value is None else value
+
+    return build_scenario(given(model, first.model.name), given(phase, first.phase), given(batch, first.batch),
+                          given(input_len, first.input_len), given(output_len, first.output_len),
+                          given(precision, str(first.precision) if model is None else None))
 
 
 def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None, batch: int | None,

@@ -20,6 +20,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+TABLE_ROWS = 100  # longer listings go to --json: a terminal table of thousands of rows helps nobody
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 # scenario flags of the search commands: each defaults to the design space's first scenario
 SpaceModel = Annotated[str | None, typer.Option(help="LLM (default: the space's scenario).")]
@@ -85,7 +86,7 @@ def validate(
         report.print_json(result)
     else:
         named = f" ({result['name']})" if result["name"] else ""
-        report.console.print(f"ok: {file} is a valid {result['kind']}{named}")
+        report.console.print(f"ok: {file} is a valid {result['kind']}{named}", markup=False, highlight=False)
 
 
 @app.command()
@@ -143,7 +144,9 @@ def strategies(
     elif json_out:
         report.print_json(result)
     else:
-        report.table(f"{result['count']} of {result['total']} strategies for {devices} devices", result["strategies"],
+        shown = result["strategies"][:TABLE_ROWS]
+        more = f" (first {TABLE_ROWS} shown; --json lists all)" if len(result["strategies"]) > TABLE_ROWS else ""
+        report.table(f"{result['count']} of {result['total']} strategies for {devices} devices{more}", shown,
                      ["tp", "ep", "sp", "cp", "dp", "pp", "fsdp"])
         if result["pruned"]:
             report.table("pruned", [{"rule": k, "strategies": v} for k, v in result["pruned"].items()])

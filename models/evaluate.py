@@ -20,6 +20,7 @@ from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, Sram
 
 GiB = 1024**3
 DVFS_BISECTION_STEPS = 40  # halvings of the frequency interval: far below any meaningful precision
+MIN_CLOCK_SCALE = 1e-3  # a design that needs a clock 1000× below nominal to fit its TDP cannot run at all
 
 
 @dataclass(frozen=True)
@@ -310,6 +311,9 @@ def _clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients, noc_J_per_B,
             else:
                 low = mid
         scale = low
+        if scale < MIN_CLOCK_SCALE:
+            raise UserInputError(f"tdp_W: the device cannot run within {dev.tdp_W:g} W (it would need a clock below "
+                                 f"{MIN_CLOCK_SCALE:.1%} of nominal)")
         t, p = power(scale)
     return scale, t, p
 

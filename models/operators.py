@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deepstack.errors import UserInputError
 from deepstack.models import dram as dram_model
 from deepstack.models.device import DeviceSpec
 from deepstack.models.workload import KV_PAGE_TOKENS, Attention, Gemm, Vector
@@ -31,6 +32,10 @@ L2_RESIDENT_SHARE = 0.5  # a tensor stays in L2 between operators if it fits in 
 ATTENTION_KV_BLOCKS = (16, 32, 64, 128)  # keys per pipeline stage searched (FlashAttention-2 uses 64–128)
 WAVE_BOUNDS = ("matrix", "vector", "sfu", "l1", "l2", "dram")
 VECTOR_OPERAND_BYTES = 12  # an element-wise FP32 op reads two 4-byte operands and writes one from registers
+
+
+class NoTilingError(UserInputError, ValueError):
+    """The device cannot run an operator at all (its L1 holds no tile of it)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,7 @@ def _candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> _Candidates:
     """Time every candidate tiling at once; mirrors :func:`_time_gemm` element-wise."""
     grid = _candidate_grid(g, dev)
     if not grid:
-        raise ValueError(f"{g.name}: no tiling fits L1 ({dev.l1_B / 1024:g} KiB)")
+        raise NoTilingError(f"{g.name}: no tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
     tm, tn, tk, stages, split, grouped = (np.array(col) for col in zip(*grid, strict=True))
     mt, nt, kt = dev.min_tile
     clock = dev.clock_Hz
@@ -413,7 +418,7 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
                                 best = cand
                             break
     if best is None:
-        raise ValueError(f"{op.name}: no attention tiling fits in L1 ({dev.l1_B / 1024:g} KiB)")
+        raise NoTilingError(f"{op.name}: no attention tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
     return best
 
 

@@ -19,8 +19,13 @@ def app(storage_url: str):
 
     if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
         raise UserInputError(f"--storage: no study database at {storage_url.removeprefix('sqlite:///')}")
+    storage = storage_url
+    if storage_url.startswith("journal:"):  # the form `optimize` documents; the dashboard takes a storage object
+        from deepstack.search.optimize import open_storage
+
+        storage = open_storage(storage_url)
     try:
-        return optuna_dashboard.wsgi(storage_url)
+        return optuna_dashboard.wsgi(storage)
     except Exception as exc:
         raise UserInputError(f"--storage: cannot open {storage_url!r}: {str(exc).splitlines()[0][:200]}") from None
 

@@ -12,6 +12,7 @@ points) and ``summary.json`` to its output folder.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import itertools
@@ -178,8 +179,7 @@ class ChunkLog:
             fh.write(f"{tier}-{index:05d}\n")
 
 
-def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, backend: str,
-         scheduler: str | None) -> list[dict]:
+def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, dask_run) -> list[dict]:
     """Evaluate a tier chunk by chunk (resuming finished chunks) and merge the rows in chunk order."""
     chunks = [tasks[i:i + CHUNK_POINTS] for i in range(0, len(tasks), CHUNK_POINTS)]
     results: dict[int, list[dict]] = {}
@@ -196,10 +196,8 @@ def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, backend
         results[index] = rows
 
     if todo:
-        if backend == "dask":
-            from deepstack.search.dask_backend import run_chunks
-
-            run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done, scheduler, workers)
+        if dask_run is not None:
+            dask_run(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
         elif workers <= 1 or len(todo) == 1:
             for index in todo:
                 done(index, evaluate_chunk(chunks[index]))
@@ -256,8 +254,20 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
     started = time.perf_counter()
 
+    with contextlib.ExitStack() as stack:
+        dask_run = None
+        if backend == "dask":
+            from deepstack.search.dask_backend import session
+
+            dask_run = stack.enter_context(session(scheduler, workers))
+        return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, workers, with_ttft, log,
+                            dask_run, started)
+
+
+def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, workers, with_ttft, log, dask_run,
+                 started) -> SweepResult:
     def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
-        return _run(name, tasks(points), workers, log, backend, scheduler)
+        return _run(name, tasks(points), workers, log, dask_run)
 
     def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
         return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft) for p in points]

@@ -48,7 +48,7 @@ def load_file(path: str | Path, expected_kind: str | None = None):
     """Read and validate any schema file; its ``kind`` key says which schema it is."""
     data = read_file(path)
     kind = data.get("kind", expected_kind)
-    if kind not in SCHEMAS:
+    if not isinstance(kind, str) or kind not in SCHEMAS:
         raise UserInputError(f"{path}: kind: must be one of {', '.join(SCHEMAS)} (got {kind!r})")
     if expected_kind is not None and kind != expected_kind:
         raise UserInputError(f"{path}: kind: expected {expected_kind!r}, got {kind!r}")

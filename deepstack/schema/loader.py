@@ -26,6 +26,9 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool
     seen: dict = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            line = key_node.start_mark.line + 1
+            raise UserInputError(f"keys must be plain names, got a {type(key).__name__} (line {line})")
         if key in seen:
             raise UserInputError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1})")
         seen[key] = loader.construct_object(value_node, deep=deep)
