@@ -307,11 +307,12 @@ def dashboard(
     from deepstack.search import dashboard as dash
 
     url = storage or f"sqlite:///studies/{study}.db"
+    server = dash.make(url, host, port)  # storage and port are checked before anything is printed
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"deepstack: warning: serving the dashboard on {host}: anyone who can reach it sees the studies",
               file=sys.stderr)
-    print(f"optuna-dashboard on http://{host}:{port}/ for {url} (Ctrl-C stops)", file=sys.stderr)
-    dash.serve(url, host, port)
+    print(f"optuna-dashboard on http://{host}:{server.server_port}/ for {url} (Ctrl-C stops)", file=sys.stderr)
+    dash.serve_forever(server)
 
 
 study_app = typer.Typer(help="Run the paper's design-space studies (recipes in studies/*.toml).",

@@ -41,7 +41,10 @@ def make(storage_url: str, host: str, port: int):
 
 
 def serve(storage_url: str, host: str, port: int) -> None:
-    server = make(storage_url, host, port)
+    serve_forever(make(storage_url, host, port))
+
+
+def serve_forever(server) -> None:
     try:
         server.serve_forever()
     except KeyboardInterrupt:

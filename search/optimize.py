@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import datetime
 import json
 import math
 import multiprocessing
+import sqlite3
 import time
 import warnings
 from collections.abc import Callable
@@ -38,6 +40,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 HEARTBEAT_INTERVAL_S = 5  # a running trial refreshes its heartbeat this often (RDB storages only)
 HEARTBEAT_GRACE_S = 20  # a trial silent this long belongs to a killed worker and is failed on resume
+ZOMBIE_AGE_S = 600  # a trial evaluates in seconds; one RUNNING for 10 minutes belongs to a dead worker
 SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead of failing
 
 
@@ -65,7 +68,12 @@ def open_storage(url: str):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
         if url.startswith("sqlite:///"):
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(url.removeprefix("sqlite:///"))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # write-ahead logging (persistent in the file): readers never block the writer, and each trial's
+            # commit is cheaper (DESIGN.md §5: ~60 → ~36 ms per trial)
+            with contextlib.closing(sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S)) as connection:
+                connection.execute("PRAGMA journal_mode=WAL")
             kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
         else:
             kwargs = {}
@@ -220,6 +228,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     _check_same_problem(the_study, problem, space)
     if isinstance(store, optuna.storages.RDBStorage):
         optuna.storages.fail_stale_trials(the_study)  # a killed worker's RUNNING trial becomes FAIL
+    _fail_zombies(the_study)
     before = _completed(the_study)
     started = time.perf_counter()
     if workers == 1:
@@ -232,6 +241,15 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     files = write_front(front, the_study, list(objectives), Path(out or "studies"), study)
     return OptimizeResult(study, storage_url, _completed(the_study), _completed(the_study) - before,
                           list(objectives), front, files, wall)
+
+
+def _fail_zombies(study) -> None:
+    """Fail RUNNING trials far older than any evaluation takes: a worker killed before its first heartbeat leaves
+    one that heartbeats cannot detect (and a journal storage has no heartbeats at all)."""
+    now = datetime.datetime.now()
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if trial.datetime_start and (now - trial.datetime_start).total_seconds() > ZOMBIE_AGE_S:
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
 def _any_proposal(problem: Problem) -> Proposal:
@@ -283,8 +301,7 @@ def pareto_front(study, objectives: list[str]) -> list[dict]:
     """Thermally feasible, completed trials that no other dominates (each with its design and metrics)."""
     rows = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        constraints = t.system_attrs.get("constraints") or []
-        if any(c > 0 for c in constraints) or t.values is None:
+        if any(c > 0 for c in (t.constraints or {}).values()) or t.values is None:
             continue
         rows.append(t)
     if not rows:
@@ -350,7 +367,7 @@ def study_points(storage: str, study: str) -> tuple[list[str], np.ndarray, int, 
     if not objectives:
         raise UserInputError(f"--study: {study!r} was not created by deepstack optimize")
     trials = the_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    feasible = [t.values for t in trials if not any(c > 0 for c in (t.system_attrs.get("constraints") or []))]
+    feasible = [t.values for t in trials if not any(c > 0 for c in (t.constraints or {}).values())]
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0

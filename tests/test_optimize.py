@@ -1,0 +1,413 @@
+"""`deepstack optimize`: the Pareto front, resuming studies (also after SIGKILL), several workers, feasibility of
+every trial, and bad input that never touches an existing study (search/optimize.py; DESIGN.md §5, §6).
+
+Every command runs in a temporary folder (so ``studies/`` lands there). The default space's trials cost about a
+second each (DeepSeek-V3 on 256 devices), so one 40-trial study is shared by the tests that need that space; the
+rest use the ``small`` space (8 devices).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import assert_user_error
+
+from deepstack.cli import run
+from deepstack.search.optimize import pareto_front, study_points
+from deepstack.search.space import SPACES_DIR
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+RUNNING = optuna.trial.TrialState.RUNNING
+FAIL = optuna.trial.TrialState.FAIL
+OBJECTIVES = ["stps", "tokens_per_joule"]  # both maximised
+
+
+def _console_script() -> str:
+    beside = Path(sys.executable).parent / "deepstack"
+    exe = str(beside) if beside.exists() else shutil.which("deepstack")
+    assert exe, "the deepstack console script is not installed"
+    return exe
+
+
+def _deepstack(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    """The real console script (for module-scoped fixtures, where the function-scoped cli_process can't go)."""
+    return subprocess.run([_console_script(), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+def _in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in this process (``deepstack.cli.run``: the console script's code minus interpreter start-up, which
+    costs seconds here), run in ``cwd``, for module-scoped fixtures where the ``cli`` fixture can't go."""
+    out, err, before = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(list(args))
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def _load(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def _complete(url: str, name: str) -> dict[int, list[float]]:
+    """Trial number → values of the COMPLETE trials."""
+    return {t.number: t.values for t in _load(url, name).get_trials(states=(COMPLETE,))}
+
+
+def _dominates(a, b) -> bool:
+    return all(x >= y for x, y in zip(a, b, strict=True)) and any(x > y for x, y in zip(a, b, strict=True))
+
+
+def _schedule_devices(label: str) -> int:
+    """Devices of a strategy label like ``"tp=2,ep=32,pp=4,fsdp"`` (by hand, not via the library)."""
+    return math.prod(int(part.split("=")[1]) for part in label.split(",") if "=" in part)
+
+
+def _assert_every_trial_feasible(url: str, name: str, devices: int) -> int:
+    """No trial of the study was spent on an infeasible point: CP-SAT repaired each before evaluating."""
+    trials = _load(url, name).get_trials(states=(COMPLETE,))
+    for trial in trials:
+        report, design = trial.user_attrs["report"], trial.user_attrs["design"]
+        assert not [v for v in report["violations"] if v.startswith("memory")], (trial.number, report["violations"])
+        assert report["metrics"]["memory_gib"] <= report["hardware"]["dram_capacity_GiB"]
+        assert _schedule_devices(design["schedule"]) == devices, design
+        assert report["schedule"]["devices"] == report["hardware"]["devices"] == devices
+        assert 1 <= design["connected_layers"] <= design["stacked_layers"] <= 10
+        assert report["hardware"]["pes_per_device"] >= 1
+    return len(trials)
+
+
+# --- the default space: front, files, resume (acceptance 1 and 2) ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """``optimize --trials 40`` on the default space, once, with what it left behind before anything else ran."""
+    cwd = tmp_path_factory.mktemp("default-space")
+    run = _deepstack("optimize", "--objective", "stps,tokens_per_joule", "--trials", "40", "--study", "t",
+                     "--storage", "sqlite:///t.db", "--json", cwd=cwd)
+    assert run.returncode == 0, run.stderr[-3000:]
+    url = f"sqlite:///{cwd / 't.db'}"
+    files = {ext: cwd / "studies" / f"t.pareto.{ext}" for ext in ("csv", "json", "html")}
+    saved = json.loads(files["json"].read_text()) if files["json"].exists() else None
+    return {"cwd": cwd, "url": url, "out": json.loads(run.stdout), "err": run.stderr, "files": files,
+            "saved_front": saved, "trials": _complete(url, "t")}
+
+
+@pytest.fixture(scope="module")
+def default_rerun(default_run):
+    """The same command again with ``--trials 20``: it adds 20 trials to the study."""
+    run = _deepstack("optimize", "--objective", "stps,tokens_per_joule", "--trials", "20", "--study", "t",
+                     "--storage", "sqlite:///t.db", "--json", cwd=default_run["cwd"])
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {**default_run, "out": json.loads(run.stdout)}
+
+
+def test_default_space_front_is_nonempty_and_nondominated(default_run):
+    out = default_run["out"]
+    assert out["study"] == "t" and out["storage"] == "sqlite:///t.db" and out["trials"] == 40
+    front = out["pareto"]
+    assert front
+    for row in front:
+        assert set(OBJECTIVES) <= set(row) and {"chip", "noc", "stacked_layers", "schedule"} <= set(row)
+    for a, b in ((a, b) for a in front for b in front if a is not b):  # pairwise, maximising both
+        assert not _dominates([a[o] for o in OBJECTIVES], [b[o] for o in OBJECTIVES]), (a, b)
+
+
+def test_default_space_writes_the_front_files(default_run):
+    files = default_run["files"]
+    for path in files.values():
+        assert path.is_file() and path.stat().st_size > 0, path
+    assert default_run["out"]["files"] == {ext: f"studies/t.pareto.{ext}" for ext in ("csv", "json", "html")}
+    saved = default_run["saved_front"]
+    assert saved["objectives"] == OBJECTIVES
+    assert [r["trial"] for r in saved["pareto"]] == [r["trial"] for r in default_run["out"]["pareto"]]
+    assert "<html" in files["html"].read_text()[:2000].lower()
+
+
+def test_front_rows_are_thermally_feasible_trials_of_the_study(default_run):
+    trials = {t.number: t for t in _load(default_run["url"], "t").get_trials(states=(COMPLETE,))}
+    for row in default_run["out"]["pareto"]:
+        trial = trials[row["trial"]]
+        assert [row[o] for o in OBJECTIVES] == pytest.approx(trial.values)
+        assert trial.constraints and all(c <= 0 for c in trial.constraints.values())
+        assert row["schedule"] == trial.user_attrs["design"]["schedule"]
+
+
+def test_rerun_adds_trials_and_keeps_the_earlier_ones(default_rerun):
+    out = default_rerun["out"]
+    assert out["trials"] == 60 and out["added"] == 20
+    after = _complete(default_rerun["url"], "t")
+    assert len(after) == 60
+    for number, values in default_rerun["trials"].items():
+        assert after[number] == values
+
+
+def test_rerun_front_is_not_dominated_by_any_trial(default_rerun):
+    study = _load(default_rerun["url"], "t")
+    feasible = [t.values for t in study.get_trials(states=(COMPLETE,))
+                if all(c <= 0 for c in t.constraints.values())]
+    front = [[row[o] for o in OBJECTIVES] for row in default_rerun["out"]["pareto"]]
+    assert front
+    for point in front:
+        assert not any(_dominates(values, point) for values in feasible), point
+    for values in feasible:  # and every non-dominated trial is on it (up to duplicate designs)
+        if not any(_dominates(other, values) for other in feasible):
+            assert any(point == pytest.approx(values) for point in front), values
+
+
+def test_no_trial_of_the_default_space_is_infeasible(default_rerun):
+    assert _assert_every_trial_feasible(default_rerun["url"], "t", devices=256) == 60
+
+
+# --- resume after SIGKILL (acceptance 2) -------------------------------------------------------------------
+
+
+def _states(db: Path) -> dict[str, int]:
+    """Trial counts per state, read straight from the SQLite file (no Optuna storage in the polling loop);
+    "BEATING" counts the running trials whose heartbeat thread has started (Optuna starts it only after ask())."""
+    if not db.exists():
+        return {}
+    try:
+        with sqlite3.connect(db, timeout=5) as connection:
+            states = dict(connection.execute("SELECT state, COUNT(*) FROM trials GROUP BY state").fetchall())
+            states["BEATING"] = connection.execute(
+                "SELECT COUNT(*) FROM trials JOIN trial_heartbeats USING (trial_id) WHERE state = 'RUNNING'"
+            ).fetchone()[0]
+            return states
+    except sqlite3.OperationalError:  # tables not created yet, or a writer holds the lock for a moment
+        return {}
+
+
+def _kill_mid_study(cwd: Path) -> None:
+    """Start a long small-space study and SIGKILL it once ≥ 5 trials completed and one is being evaluated."""
+    process = subprocess.Popen([_console_script(), "optimize", "--space", "small", "--trials", "200", "--study",
+                                "k", "--storage", "sqlite:///k.db", "--seed", "3", "--json"], cwd=cwd,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300  # readiness guard only; a healthy run gets there in seconds
+        while True:
+            assert process.poll() is None, f"the study ended (exit {process.returncode}) before it could be killed"
+            states = _states(cwd / "k.db")
+            if states.get("COMPLETE", 0) >= 5 and states.get("BEATING", 0) >= 1:
+                break
+            assert time.monotonic() < deadline, states
+            time.sleep(0.02)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+
+def test_killed_study_keeps_its_trials_and_resumes(tmp_path, cli, monkeypatch):
+    for attempt in range(3):  # the trial seen running may finish in the instant before the kill: then try again
+        cwd = tmp_path / f"attempt{attempt}"
+        cwd.mkdir()
+        _kill_mid_study(cwd)
+        db, url = cwd / "k.db", f"sqlite:///{cwd / 'k.db'}"
+        if _states(db) == {"COMPLETE": len(_complete(url, "k")), "RUNNING": 1, "BEATING": 1}:
+            break
+    else:
+        pytest.fail(f"no kill landed during an evaluation: {_states(db)}")
+    (killed,) = [t for t in _load(url, "k").get_trials() if t.state == RUNNING]
+    before = _complete(url, "k")
+    assert len(before) >= 5
+    monkeypatch.chdir(cwd)  # the resuming runs go in-process (the killed one was the real console script)
+
+    result = cli("optimize", "--space", "small", "--trials", "10", "--study", "k", "--storage", "sqlite:///k.db",
+                 "--seed", "4", "--json")
+    assert result.code == 0, result.err
+    assert result.json()["trials"] == len(before) + 10 and result.json()["added"] == 10
+    after = {t.number: t for t in _load(url, "k").get_trials()}
+    for number, values in before.items():  # same numbers, same values
+        assert after[number].state == COMPLETE and after[number].values == values
+    assert sum(t.state == COMPLETE for t in after.values()) == len(before) + 10
+    # Within the 20 s heartbeat grace the killed trial may still look alive, so the resumed run leaves it RUNNING
+    # (or FAIL once the grace has passed); never COMPLETE, never with values, never counted.
+    dead = after[killed.number]
+    assert dead.state in (RUNNING, FAIL) and dead.values is None
+
+    # Let the grace period pass (age the heartbeat instead of sleeping 20 s): the next run fails the stale trial.
+    with sqlite3.connect(db) as connection:
+        aged = connection.execute("UPDATE trial_heartbeats SET heartbeat = '2000-01-01 00:00:00.000000' "
+                                  "WHERE trial_id = ?", (dead._trial_id,)).rowcount
+    assert aged == 1
+    result = cli("optimize", "--space", "small", "--trials", "0", "--study", "k", "--storage", "sqlite:///k.db",
+                 "--json")
+    assert result.code == 0, result.err
+    final = {t.number: t for t in _load(url, "k").get_trials()}
+    assert final[dead.number].state == FAIL
+    assert not [t for t in final.values() if t.state == RUNNING]
+    assert {n: t.values for n, t in final.items() if t.state == COMPLETE} == {
+        n: t.values for n, t in after.items() if t.state == COMPLETE}
+
+    # The failed proposal is queued again once, with the parameters it had drawn, and a later trial evaluates it
+    # (the resumed run itself, if the grace period ran out during it; else the next run).
+    (retry,) = [t for t in final.values() if t.system_attrs.get("failed_trial") == dead.number]
+    if retry.state == optuna.trial.TrialState.WAITING:
+        result = cli("optimize", "--space", "small", "--trials", "1", "--study", "k", "--storage",
+                     "sqlite:///k.db", "--json")
+        assert result.code == 0, result.err
+    redone = _load(url, "k").trials[retry.number]
+    assert redone.state == COMPLETE
+    assert {k: redone.params[k] for k in dead.params} == dead.params
+    _assert_every_trial_feasible(url, "k", devices=8)
+
+
+def test_trial_killed_before_its_first_heartbeat_is_failed_on_resume(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'z.db'}"
+    args = ("optimize", "--space", "small", "--study", "z", "--storage", "sqlite:///z.db", "--json")
+    assert cli(*args, "--trials", "2").code == 0
+    zombie = _load(url, "z").ask()  # exactly what a kill right after ask() leaves: RUNNING, no heartbeat
+    with sqlite3.connect(tmp_path / "z.db") as connection:  # ... long ago, well past the grace period
+        connection.execute("UPDATE trials SET datetime_start = '2000-01-01 00:00:00.000000' WHERE trial_id = ?",
+                           (zombie._trial_id,))
+    result = cli(*args, "--trials", "1")
+    assert result.code == 0, result.err
+    states = {t.number: t.state for t in _load(url, "z").get_trials()}
+    assert states[zombie.number] == FAIL
+
+
+# --- several workers on one study (acceptance 3) ------------------------------------------------------------
+
+
+def test_two_workers_complete_exactly_the_requested_trials(tmp_path, cli_process):
+    result = cli_process("optimize", "--space", "small", "--trials", "30", "--workers", "2", "--study", "w",
+                         "--storage", "sqlite:///w.db", "--seed", "1", "--json", cwd=tmp_path)
+    assert result.code == 0, result.err
+    assert "database is locked" not in result.err and "Traceback" not in result.err, result.err
+    assert result.json()["trials"] == 30 and result.json()["added"] == 30
+    trials = _load(f"sqlite:///{tmp_path / 'w.db'}", "w").get_trials()
+    assert len(trials) == 30 and all(t.state == COMPLETE for t in trials)
+    assert sorted(t.number for t in trials) == list(range(30))
+    _assert_every_trial_feasible(f"sqlite:///{tmp_path / 'w.db'}", "w", devices=8)
+
+
+# --- bad input (acceptance 7) ------------------------------------------------------------------------------
+
+SMALL = ("--space", "small", "--trials", "2", "--study", "bad", "--json")
+
+
+def _space_with(tmp_path: Path, old: str, new: str) -> str:
+    """small.toml with one line changed, its NoC made absolute so the file may live anywhere."""
+    text = (SPACES_DIR / "small.toml").read_text().replace('"nocs/mini8.toml"', f'"{SPACES_DIR / "nocs/mini8.toml"}"')
+    assert old in text
+    path = tmp_path / "bad-space.toml"
+    path.write_text(text.replace(old, new))
+    return str(path)
+
+
+BAD_INPUT = {
+    "unknown objective": (lambda p: ("--objective", "stps,foo", *SMALL), ("--objective", "foo")),
+    "empty bandwidth axis": (lambda p: ("--space", _space_with(p, "level_bw_scale = [0.5, 1.0, 2.0]",
+                                                               "level_bw_scale = []"), "--trials", "2", "--json"),
+                             ("level_bw_scale",)),
+    "empty chip axis": (lambda p: ("--space", _space_with(p, 'chips = ["standard", "strong-l2"]', "chips = []"),
+                                   "--trials", "2", "--json"), ("chips",)),
+    "unreachable postgres": (lambda p: (*SMALL, "--storage", "postgresql://user@127.0.0.1:1/none"), ("--storage",)),
+    "unwritable sqlite": (lambda p: (*SMALL, "--storage", "sqlite:////proc/x.db"), ("--storage",)),
+    "unknown sampler": (lambda p: (*SMALL, "--sampler", "cmaes"), ("--sampler", "nsga2")),
+    "unknown space": (lambda p: ("--space", "nope", "--trials", "2", "--json"), ("--space", "nope", "small")),
+    "negative trials": (lambda p: (*SMALL, "--trials", "-1"), ("--trials",)),
+    "no workers": (lambda p: (*SMALL, "--workers", "0"), ("--workers",)),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_one_line_and_exit_2(case, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args, needles = BAD_INPUT[case]
+    assert_user_error(cli("optimize", *args(tmp_path)), *needles)
+    assert not (tmp_path / "studies").exists()  # nothing was created for a refused command
+
+
+@pytest.mark.parametrize("case", ["unknown objective", "unwritable sqlite"])
+def test_bad_input_through_the_console_script(cli_process, tmp_path, case):
+    args, needles = BAD_INPUT[case]
+    assert_user_error(cli_process("optimize", *args(tmp_path), cwd=tmp_path), *needles)
+    assert not (tmp_path / "studies").exists()
+
+
+def test_bad_input_without_json_is_one_line(cli_process, tmp_path):
+    # without --json the progress bar is on: it must not leave its own line beside the error
+    assert_user_error(cli_process("optimize", "--objective", "stps,foo", "--space", "small", "--trials", "2",
+                                  cwd=tmp_path), "--objective")
+
+
+@pytest.fixture(scope="module")
+def kept_study(tmp_path_factory):
+    """A small-space study with 4 trials, and how it looks (shared: the bad commands must leave it as it is)."""
+    cwd = tmp_path_factory.mktemp("keep")
+    url = f"sqlite:///{cwd / 'keep.db'}"
+    run = _in_process("optimize", "--space", "small", "--trials", "4", "--study", "keep", "--storage", url,
+                     "--seed", "2", "--json", cwd=cwd)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return url, _snapshot(url)
+
+
+def _snapshot(url: str):
+    study = _load(url, "keep")
+    return (optuna.get_all_study_names(url), study.user_attrs,
+            [(t.number, t.state, t.values, t.params) for t in study.get_trials()])
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    (("--objective", "stps,foo"), "--objective"),  # unknown objective
+    (("--objective", "stps,utps"), "--study"),     # another objective set on the same study: refused
+    (("--objective", "stps"), "--study"),          # another number of objectives
+    (("--batch", "32"), "--study"),                # another scenario
+    (("--sampler", "cmaes"), "--sampler"),
+    (("--trials", "-1"), "--trials"),
+])
+def test_bad_command_never_touches_an_existing_study(kept_study, cli, change, needle, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url, before = kept_study
+    args = {"--objective": "stps,tokens_per_joule", "--trials": "2", "--sampler": "nsga2"}
+    args[change[0]] = change[1]
+    flat = [item for pair in args.items() for item in pair]
+    result = cli("optimize", "--space", "small", "--study", "keep", "--storage", url, *flat, "--json")
+    assert_user_error(result, needle)
+    assert _snapshot(url) == before
+
+
+# --- the thermal constraint in the front and in compare -----------------------------------------------------
+
+
+def _study_with_a_hot_winner(storage=None) -> optuna.Study:
+    """Two trials: the better one breaks the thermal limit (constraint > 0), the worse one is cool."""
+    study = optuna.create_study(study_name="hot", storage=storage, directions=["maximize", "maximize"])
+    study.set_user_attr("problem", {"objectives": OBJECTIVES})
+    for values, over_limit_c in (([2.0, 2.0], 5.0), ([1.0, 1.0], -5.0)):
+        trial = study.ask()
+        trial.set_user_attr("design", {"chip": f"chip-{values[0]:g}"})
+        trial.set_constraint("thermal_c_over_limit", over_limit_c)
+        study.tell(trial, values)
+    return study
+
+
+def test_front_drops_thermally_infeasible_trials():
+    front = pareto_front(_study_with_a_hot_winner(), OBJECTIVES)
+    assert [row["trial"] for row in front] == [1]
+
+
+def test_study_points_drop_thermally_infeasible_trials(tmp_path):
+    url = f"sqlite:///{tmp_path / 'hot.db'}"
+    _study_with_a_hot_winner(url)
+    objectives, values, completed, _ = study_points(url, "hot")
+    assert objectives == OBJECTIVES and completed == 2
+    assert values.tolist() == [[1.0, 1.0]]
