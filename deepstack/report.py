@@ -11,23 +11,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from deepstack.jsonutil import finite
+
 # Wide when piped (logs, CI), the terminal's width otherwise.
 console = Console(width=None if sys.stdout.isatty() else 180)
 
 
 def print_json(data: Any) -> None:
     """Machine-readable output on stdout (plain, never wrapped or coloured; NaN/inf become null)."""
-    print(json.dumps(_finite(data), indent=2, default=_jsonable, allow_nan=False))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
+    print(json.dumps(finite(data), indent=2, default=_jsonable, allow_nan=False))
 
 
 def _jsonable(value: Any) -> Any:

@@ -28,6 +28,7 @@ import numpy as np
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
+from deepstack.jsonutil import finite
 from deepstack.models.evaluate import evaluate
 from deepstack.models.parallel import feasible_strategies
 from deepstack.models.schedule_search import OBJECTIVES
@@ -329,19 +330,8 @@ def _write(result: SweepResult, rows: list[dict], scenario: Scenario, space: Des
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
                    "model": scenario.model.name}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "pareto.json").write_text(json.dumps(_finite({"objectives": result.objectives, "pareto": result.pareto}),
+    (out / "pareto.json").write_text(json.dumps(finite({"objectives": result.objectives, "pareto": result.pareto}),
                                                 indent=2, default=str, allow_nan=False))
-
-
-def _finite(value):
-    """Strict JSON: NaN and infinities (e.g. a TTFT that was not computed) become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
 
 
 def read_sweep(folder: str) -> tuple[dict, list[dict]]:
