@@ -31,7 +31,7 @@ import numpy as np
 import deepstack.models
 from deepstack import catalog
 from deepstack.models import collectives, network
-from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.models.evaluate import DesignPoint, clear_phase_memo, evaluate
 from deepstack.schema import Scenario, Schedule
 
 MiB = 1 << 20
@@ -56,6 +56,7 @@ CACHES = model_caches()
 def clear_all() -> None:
     for cached in CACHES:
         cached.cache_clear()
+    clear_phase_memo()  # the per-design-point memo of models.evaluate is a dict, not an lru_cache
 
 
 def clear_collective_memos() -> None:
