@@ -228,6 +228,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     _check_same_problem(the_study, problem, space)
     if isinstance(store, optuna.storages.RDBStorage):
         optuna.storages.fail_stale_trials(the_study)  # a killed worker's RUNNING trial becomes FAIL
+        _fail_unbeaten(the_study, store)
     _fail_zombies(the_study)
     before = _completed(the_study)
     started = time.perf_counter()
@@ -241,6 +242,27 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     files = write_front(front, the_study, list(objectives), Path(out or "studies"), study)
     return OptimizeResult(study, storage_url, _completed(the_study), _completed(the_study) - before,
                           list(objectives), front, files, wall)
+
+
+def _fail_unbeaten(study, store) -> None:
+    """Fail (and retry) RUNNING trials that never recorded a heartbeat although they started more than the grace
+    period ago: their worker died between ``ask()`` and the heartbeat thread's first beat, a window Optuna's
+    ``fail_stale_trials`` does not cover (it only judges trials that have a heartbeat row)."""
+    import sqlalchemy
+
+    cutoff = datetime.datetime.now() - datetime.timedelta(seconds=HEARTBEAT_GRACE_S)
+    query = sqlalchemy.text(
+        "SELECT t.number FROM trials t JOIN studies s ON s.study_id = t.study_id "
+        "LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
+        "WHERE s.study_name = :name AND t.state = 'RUNNING' AND h.trial_id IS NULL AND t.datetime_start < :cutoff")
+    with store.engine.connect() as connection:
+        numbers = [row[0] for row in connection.execute(query, {"name": study.study_name, "cutoff": cutoff})]
+    retry = store.get_heartbeat_stale_trial_callback()
+    for number in numbers:
+        study.tell(number, state=optuna.trial.TrialState.FAIL)
+        if retry is not None:
+            failed = next(t for t in study.get_trials(deepcopy=True) if t.number == number)
+            retry(study, failed)
 
 
 def _fail_zombies(study) -> None:
