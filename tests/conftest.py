@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -55,3 +58,16 @@ def assert_user_error(result: CliResult, *needles: str) -> None:
     assert "Traceback" not in result.err + result.out
     for needle in needles:
         assert needle in lines[0], (needle, lines[0])
+
+
+def run_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The CLI in this process (``deepstack.cli.run``: the console script's code minus interpreter start-up, which
+    costs seconds here), run in ``cwd``, for module-scoped fixtures where the ``cli`` fixture can't go."""
+    out, err, before = io.StringIO(), io.StringIO(), os.getcwd()
+    try:
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = run(list(args))
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())

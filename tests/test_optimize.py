@@ -8,11 +8,8 @@ rest use the ``small`` space (8 devices).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
-import os
 import shutil
 import signal
 import sqlite3
@@ -23,9 +20,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import assert_user_error
+from conftest import assert_user_error, run_in_process
 
-from deepstack.cli import run
 from deepstack.search.optimize import pareto_front, study_points
 from deepstack.search.space import SPACES_DIR
 
@@ -46,17 +42,7 @@ def _deepstack(*args: str, cwd: Path, timeout: float = 600) -> subprocess.Comple
     """The real console script (for module-scoped fixtures, where the function-scoped cli_process can't go)."""
     return subprocess.run([_console_script(), *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
-def _in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The CLI in this process (``deepstack.cli.run``: the console script's code minus interpreter start-up, which
-    costs seconds here), run in ``cwd``, for module-scoped fixtures where the ``cli`` fixture can't go."""
-    out, err, before = io.StringIO(), io.StringIO(), os.getcwd()
-    try:
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(list(args))
-    finally:
-        os.chdir(before)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
 
 
 def _load(url: str, name: str) -> optuna.Study:
@@ -354,7 +340,7 @@ def kept_study(tmp_path_factory):
     """A small-space study with 4 trials, and how it looks (shared: the bad commands must leave it as it is)."""
     cwd = tmp_path_factory.mktemp("keep")
     url = f"sqlite:///{cwd / 'keep.db'}"
-    run = _in_process("optimize", "--space", "small", "--trials", "4", "--study", "keep", "--storage", url,
+    run = run_in_process("optimize", "--space", "small", "--trials", "4", "--study", "keep", "--storage", url,
                      "--seed", "2", "--json", cwd=cwd)
     assert run.returncode == 0, run.stderr[-3000:]
     return url, _snapshot(url)

@@ -7,13 +7,10 @@ or sweep files run in temporary folders, never in the repository.
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import itertools
 import json
 import math
-import os
 import shutil
 import socket
 import subprocess
@@ -27,12 +24,11 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
-from conftest import assert_user_error
+from conftest import assert_user_error, run_in_process
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from deepstack import catalog
-from deepstack.cli import run
 from deepstack.errors import UserInputError
 from deepstack.models.device import resolve_device
 from deepstack.models.parallel import Strategy, enumerate_strategies, feasible_strategies, fits, prune_reason
@@ -62,17 +58,6 @@ def _console_script() -> str:
     return exe
 
 
-def _in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """The CLI in this process (``deepstack.cli.run``: the console script's code minus interpreter start-up, which
-    costs seconds here), run in ``cwd``, for module-scoped fixtures where the ``cli`` fixture can't go."""
-    out, err, before = io.StringIO(), io.StringIO(), os.getcwd()
-    try:
-        os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = run(list(args))
-    finally:
-        os.chdir(before)
-    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def _divisors(n: int) -> list[int]:
@@ -310,13 +295,13 @@ def tiny(tmp_path_factory):
     space.write_text(TINY)
     runs = {}
     for mode in ("exhaustive", "hierarchical"):
-        runs[mode] = _in_process("sweep", "--mode", mode, "--space", str(space), "--out", mode, "--workers", "2",
+        runs[mode] = run_in_process("sweep", "--mode", mode, "--space", str(space), "--out", mode, "--workers", "2",
                                 "--json", cwd=cwd)
     summary = json.loads((cwd / "exhaustive" / "summary.json").read_text())
     trials = math.ceil(STUDY_SHARE * summary["evaluations"])
-    runs["optimize"] = _in_process("optimize", "--space", str(space), "--trials", str(trials), "--study", "tiny",
+    runs["optimize"] = run_in_process("optimize", "--space", str(space), "--trials", str(trials), "--study", "tiny",
                                   "--storage", "sqlite:///tiny.db", "--seed", "1", "--json", cwd=cwd)
-    runs["compare"] = _in_process("compare", "--study", "tiny", "--storage", "sqlite:///tiny.db", "--sweep",
+    runs["compare"] = run_in_process("compare", "--study", "tiny", "--storage", "sqlite:///tiny.db", "--sweep",
                                  "exhaustive", "--json", cwd=cwd)
     return {"cwd": cwd, "space": space, "trials": trials, "summary": summary, "runs": runs}
 
