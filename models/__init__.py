@@ -13,7 +13,7 @@ def clear_caches() -> int:
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
         for value in vars(module).values():
-            if callable(getattr(value, "cache_clear", None)):
+            if not isinstance(value, type) and callable(getattr(value, "cache_clear", None)):
                 value.cache_clear()
                 cleared += 1
     from deepstack.models.evaluate import clear_phase_memo

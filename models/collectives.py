@@ -50,13 +50,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from deepstack.errors import UserInputError
-from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, level_loads, route_batch
+from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, flow_link_counts, level_loads
 from deepstack.schema.schedule import ALGORITHMS_FOR
 
 ALGORITHMS: dict[str, tuple[str, ...]] = ALGORITHMS_FOR  # one table, shared with the schema's validation
@@ -274,49 +273,143 @@ def _double_tree_step(p: int, chunk_B: float, count: int) -> _Step:
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _route_steps(steps: Sequence[_Step], groups: tuple, topology: NetworkTopology):
-    """Map every step's rank-space flows onto all groups' devices (summing the groups) and route them."""
+@dataclass(frozen=True, eq=False)
+class _Plan:
+    """An algorithm's steps mapped onto the groups' devices and routed on a topology *structure* — independent
+    of the collective's size and of link speeds and latencies, so every size, bandwidth and hop latency on the
+    same structure reuses it (the NoC sweeps of the search change only those).
+
+    Flows of a step all carry the same share of S; a device pair that several flows of one step share (possible
+    only if groups overlap) carries their sum, so flows are grouped into *cells* (step, multiplicity): the
+    payload of a flow of cell c is ``multiplicity[c] × fraction[c] × S``.
+    """
+
+    phases: tuple[str, ...]  # per step
+    counts: np.ndarray  # (steps,) consecutive identical repeats of each step
+    cell_starts: np.ndarray  # (steps,) first cell of each step
+    cell_payload: np.ndarray  # (cells,) multiplicity × fraction: a flow's bytes per byte of S
+    link_counts: tuple[np.ndarray, ...]  # per level (cells × links): flows of each cell crossing each link
+    hop_rows: np.ndarray  # (rows × levels) distinct per-level hop counts of each step's flows
+    hop_starts: np.ndarray  # (steps,) first row of each step
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
+    """Route the steps of ``op``/``algorithm`` (double_tree: one step per chunk count) once per structure."""
+    p = len(groups[0])
+    steps = _tree_steps(p, 1.0) if algorithm == "double_tree" else _flat_steps(op, algorithm, p, 1.0)
     members = np.asarray(groups, dtype=np.int64)  # (groups, p)
-    flows = [
-        (members[:, step.src].ravel(), members[:, step.dst].ravel(), np.tile(step.nbytes, len(members)))
-        for step in steps
-    ]
-    return route_batch(flows, topology)
+    devices = math.prod(math.prod(dims) for _, dims in structure)
+    disjoint = np.bincount(members.ravel(), minlength=devices).max() == 1
+    cell_src, cell_dst, cell_of, payload, cell_starts = [], [], [], [], []
+    cells = 0
+    for step in steps:
+        if disjoint:  # device pairs repeat exactly as rank pairs do: count them in rank space (no sort)
+            ranks = np.bincount(step.src * p + step.dst, minlength=p * p)
+            rank_pairs = np.flatnonzero(ranks)
+            src, dst = members[:, rank_pairs // p].ravel(), members[:, rank_pairs % p].ravel()
+            multiplicity = np.tile(ranks[rank_pairs], len(members))
+        else:
+            pairs, multiplicity = np.unique((members[:, step.src] * devices + members[:, step.dst]).ravel(),
+                                            return_counts=True)
+            src, dst = pairs // devices, pairs % devices
+        if multiplicity.min() == multiplicity.max():  # the usual case: every pair carries one flow's bytes
+            classes, class_of = multiplicity[:1], np.zeros(len(multiplicity), dtype=np.int64)
+        else:
+            classes, class_of = np.unique(multiplicity, return_inverse=True)
+        cell_starts.append(cells)
+        cell_src.append(src)
+        cell_dst.append(dst)
+        cell_of.append(cells + class_of)
+        payload.append(classes * float(step.nbytes[0]))
+        cells += len(classes)
+    cell = np.concatenate(cell_of)
+    link_counts, hops = flow_link_counts(structure, np.concatenate(cell_src), np.concatenate(cell_dst), cell, cells)
+    step_of_cell = np.repeat(np.arange(len(steps)), np.diff([*cell_starts, cells]))
+    hop_rows, hop_starts = _distinct_hops(hops, step_of_cell[cell], len(steps))
+    plan = _Plan(tuple(step.phase for step in steps), np.array([step.count for step in steps]),
+                 np.array(cell_starts), np.concatenate(payload),
+                 tuple(counts.astype(float) for counts in link_counts), hop_rows, hop_starts)
+    for array in (plan.counts, plan.cell_starts, plan.cell_payload, plan.hop_rows, plan.hop_starts, *plan.link_counts):
+        array.flags.writeable = False
+    return plan
 
 
-def _assemble(algorithm: str, detail: str, steps: Sequence[_Step], routed, topology, overhead_s: float) -> _Run:
-    totals = [np.zeros(n) for n in topology.level_links]
-    results = []
-    for step, flows in zip(steps, routed, strict=True):
-        net = flows.result
-        results.append(
-            StepResult(step.phase, step.count, net.time_s + overhead_s, net.latency_s, net.congestion_s,
-                       net.max_link_bytes)
-        )
-        for total, links in zip(totals, flows.link_bytes, strict=True):
-            total += step.count * links
-    for total in totals:
-        total.flags.writeable = False
-    return _Run(algorithm, detail, tuple(results), tuple(totals))
+def _distinct_hops(hops: np.ndarray, step: np.ndarray, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct per-level hop vectors of each step's flows (all a step's latency depends on), grouped by
+    step: (rows × levels, first row of each step)."""
+    radix = int(hops.max()) + 1 if hops.size else 1
+    code = step * radix ** len(hops) + np.ravel_multi_index(tuple(hops), (radix,) * len(hops))
+    distinct = np.unique(code)
+    step_of, flat = np.divmod(distinct, radix ** len(hops))
+    rows = np.stack(np.unravel_index(flat, (radix,) * len(hops)), axis=1)
+    starts = np.searchsorted(step_of, np.arange(n_steps))
+    return rows.astype(float), starts
 
 
-def _execute(
-    algorithm: str, detail: str, steps: Sequence[_Step], groups: tuple, topology: NetworkTopology, overhead_s: float
-) -> _Run:
-    return _assemble(algorithm, detail, steps, _route_steps(steps, groups, topology), topology, overhead_s)
+def _timed_steps(plan: _Plan, S: float, topology: NetworkTopology):
+    """Eq. 4 for every step of a plan at size S: (latency, congestion, busiest-link bytes) per step and the
+    bytes on every link of one execution of each step (per level, steps × links)."""
+    n_steps = len(plan.counts)
+    single_cells = len(plan.cell_payload) == n_steps
+    congestion = np.zeros(n_steps)
+    peak = np.zeros(n_steps)
+    loads = []
+    for level, counts in zip(topology.levels, plan.link_counts, strict=True):
+        wire = level.wire_bytes(plan.cell_payload * S)
+        per_cell = wire[:, None] * counts
+        level_loads_ = per_cell if single_cells else np.add.reduceat(per_cell, plan.cell_starts, axis=0)
+        loads.append(level_loads_)
+        if level_loads_.shape[1]:
+            level_peak = level_loads_.max(axis=1)
+            congestion = np.maximum(congestion, level_peak / level.link_bw_Bps)
+            peak = np.maximum(peak, level_peak)
+    delays = np.array([level.hop_latency_s for level in topology.levels])
+    latency = np.maximum.reduceat(plan.hop_rows @ delays, plan.hop_starts)
+    return latency, congestion, peak, loads
+
+
+def _run_of(algorithm: str, detail: str, plan: _Plan, timed, steps, topology, overhead_s: float) -> _Run:
+    """A :class:`_Run` of the plan's steps ``steps`` (indices) from :func:`_timed_steps`."""
+    latency, congestion, peak, loads = timed
+    counts = plan.counts[steps]
+    results = tuple(
+        StepResult(plan.phases[k], int(plan.counts[k]), float(latency[k] + congestion[k] + overhead_s),
+                   float(latency[k]), float(congestion[k]), float(peak[k]))
+        for k in steps
+    )
+    totals = tuple(_readonly(counts @ level_loads_[steps]) for level_loads_ in loads)
+    return _Run(algorithm, detail, results, totals)
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def _execute(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:
+    plan = _plan(op, algorithm, groups, topology.structure)
+    return _run_of(algorithm, "", plan, _timed_steps(plan, S, topology), list(range(len(plan.counts))), topology,
+                   overhead_s)
+
+
+def _tree_chunk_counts() -> list[int]:
+    return [1 << k for k in range(_MAX_TREE_CHUNKS.bit_length())]
+
+
+def _tree_steps(p: int, S: float) -> list[_Step]:
+    """One steady-state step per chunk count C (repeated C + 2h − 1 times), each carrying S / 2C per edge."""
+    _, height = _inorder_tree(p)
+    return [_double_tree_step(p, S / (2 * chunks), chunks + 2 * height - 1) for chunks in _tree_chunk_counts()]
 
 
 def _double_tree(S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:
-    p = len(groups[0])
-    _, height = _inorder_tree(p)
-    chunk_counts = [1 << k for k in range(_MAX_TREE_CHUNKS.bit_length())]
-    steps = [_double_tree_step(p, S / (2 * chunks), chunks + 2 * height - 1) for chunks in chunk_counts]
-    routed = _route_steps(steps, groups, topology)
-    runs = [
-        _assemble("double_tree", f"chunks={chunks}", [step], [flows], topology, overhead_s)
-        for chunks, step, flows in zip(chunk_counts, steps, routed, strict=True)
-    ]
-    return min(runs, key=lambda run: run.time_s)  # the fewest chunks wins ties
+    plan = _plan("all_reduce", "double_tree", groups, topology.structure)
+    timed = _timed_steps(plan, S, topology)
+    latency, congestion, _, _ = timed
+    times = plan.counts * (latency + congestion + overhead_s)
+    best = int(np.argmin(times))  # the fewest chunks wins ties
+    return _run_of("double_tree", f"chunks={_tree_chunk_counts()[best]}", plan, timed, [best], topology, overhead_s)
 
 
 def _split_at(groups: tuple, radix: int):
@@ -388,7 +481,7 @@ def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopo
         return _double_tree(S, groups, topology, overhead_s)
     if algorithm == "hierarchical":
         return _hierarchical(S, groups, topology, overhead_s)
-    return _execute(algorithm, "", _flat_steps(op, algorithm, len(groups[0]), S), groups, topology, overhead_s)
+    return _execute(op, algorithm, S, groups, topology, overhead_s)
 
 
 @functools.lru_cache(maxsize=2048)
@@ -474,6 +567,14 @@ def collective_time(
     if not (math.isfinite(overhead) and overhead >= 0):
         raise CollectiveError(f"step_overhead_s: must be finite and ≥ 0 (got {step_overhead_s!r})")
     return _collective(op, size, _normalise_groups(groups, topology.devices), topology, algorithm, overhead)
+
+
+def time_on_groups(op: str, bytes_per_rank: float, groups: tuple, topology: NetworkTopology,
+                   algorithm: str = "auto") -> CollectiveResult:
+    """:func:`collective_time` for callers that already hold valid groups (tuples of device ids, as from
+    :func:`deepstack.models.network.device_groups`), a topology and a checked algorithm: skips re-validating
+    them on every call of the search's inner loop."""
+    return _collective(op, float(bytes_per_rank), groups, topology, algorithm, 0.0)
 
 
 @functools.lru_cache(maxsize=8192)

@@ -181,7 +181,7 @@ def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
 @functools.lru_cache(maxsize=65536)
 def comm_time(comm: CommOp, groups: tuple[tuple[int, ...], ...], topology: network.NetworkTopology,
               algorithm: str) -> collectives.CollectiveResult:
-    return collectives.collective_time(comm.op, comm.bytes_per_rank, groups, topology, algorithm)
+    return collectives.time_on_groups(comm.op, comm.bytes_per_rank, groups, topology, algorithm)
 
 
 def time_comm(comm: CommOp, layout: Layouts, topology: network.NetworkTopology,

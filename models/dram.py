@@ -100,6 +100,40 @@ def bank_service_time_s(dram: DramSpec, starts, lengths, bank_offsets=None) -> t
     return float(np.max(busy)) / dram.refresh_availability, int((bytes_per_bank > 0).sum())
 
 
+def window_service_times_s(dram: DramSpec, blocks, stride_B, window_B, swizzle: bool) -> np.ndarray:
+    """:func:`bank_service_time_s` of many weight windows at once (the GEMM tuner's candidates): window i is
+    ``blocks[i]`` concurrent streams of ``window_B[i]`` contiguous bytes whose starts are ``stride_B[i]`` apart;
+    a swizzled layout staggers stream j by j windows' worth of rows. Same arithmetic, element by element."""
+    blocks = np.asarray(blocks, dtype=np.int64)
+    stride = np.asarray(stride_B, dtype=np.int64)
+    window = np.asarray(window_B, dtype=np.int64)
+    n = len(blocks)
+    owner = np.repeat(np.arange(n), blocks)  # window of every stream
+    block = np.arange(len(owner)) - np.repeat(np.cumsum(blocks) - blocks, blocks)  # stream index in its window
+    starts = block * stride[owner]
+    lengths = window[owner]
+    counts = _chunk_counts(starts, lengths, dram.row_B)
+    rows, chunk_bytes = _row_chunks(starts, lengths, dram.row_B, counts)
+    banks = rows % dram.banks
+    if swizzle:
+        offsets = block * -(-window[owner] // dram.row_B)
+        banks = (banks + np.repeat(offsets, counts)) % dram.banks
+    cell = np.repeat(owner, counts) * dram.banks + banks
+    bytes_per_bank = np.bincount(cell, weights=chunk_bytes, minlength=n * dram.banks).reshape(n, dram.banks)
+    activations = np.bincount(cell, minlength=n * dram.banks).reshape(n, dram.banks)
+    ways = dram.interleave_ways
+    channel_bw = dram.bank_bw_Bps * ways
+    per_bank = bytes_per_bank / channel_bw + activations * dram.row_overhead_s
+    busy = per_bank.max(axis=1)
+    if ways > 1:
+        channels = dram.banks // ways
+        channel_of = np.arange(dram.banks) % channels
+        transfers = np.zeros((n, channels))
+        np.add.at(transfers, (slice(None), channel_of), bytes_per_bank / channel_bw)
+        busy = np.maximum(busy, transfers.max(axis=1))
+    return busy / dram.refresh_availability
+
+
 @functools.lru_cache(maxsize=65536)
 def stream_time_s(dram: DramSpec, total_B: float, segment_B: float) -> float:
     """Time to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions

@@ -13,7 +13,7 @@ from deepstack.models import dram as dram_model
 from deepstack.models import power as power_model
 from deepstack.models.collectives import CollectiveResult
 from deepstack.models.device import DeviceSpec, resolve_device
-from deepstack.models.operators import OpTiming, overlap_time_s, time_op, tune_gemm_overlapped
+from deepstack.models.operators import OpTiming, overlap_time_s, prepare_gemms, time_op, tune_gemm_overlapped
 from deepstack.models.parallel import MEMORY_RESERVE, memory_footprint, representative_stages
 from deepstack.models.workload import Choice, Gemm, build_workload, device_share
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
@@ -235,14 +235,28 @@ def clear_phase_memo() -> None:
     _PHASES.clear()
 
 
+def _gemms(ops):
+    """The GEMMs among operators (including every option of a choice), to tune them in one batch."""
+    for op in ops:
+        if isinstance(op, Gemm):
+            yield op
+        elif isinstance(op, Choice):
+            for _, option in op.options:
+                yield from (o for o in option if isinstance(o, Gemm))
+
+
 def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
     s = point.schedule
     topology = distributed.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = distributed.layouts(scenario.model, scenario, s) if topology is not None else None
     stages = representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers)
+    micros = [scenario if m == 1 else scenario.model_copy(update={"batch": math.ceil(scenario.batch / m)})
+              for m in _microbatch_options(scenario, s)]
+    prepare_gemms(_gemms(op for micro in micros for stage in stages
+                         for layer in build_workload(micro.model, micro, s.attention, s.ffn, s.pp, stage)
+                         for op in layer.ops), dev)
     best: PhaseResult | None = None
-    for m in _microbatch_options(scenario, s):
-        micro = scenario if m == 1 else scenario.model_copy(update={"batch": math.ceil(scenario.batch / m)})
+    for m, micro in zip(_microbatch_options(scenario, s), micros, strict=True):
         worst: tuple[float, int, list[Row]] | None = None
         for stage in stages:
             rows = _stage_rows(point, dev, micro, stage, layout, topology)

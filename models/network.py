@@ -347,6 +347,29 @@ def _incidence(structure) -> _Incidence:
     return _Incidence(hops, tuple(by_pair), tuple(by_link))
 
 
+def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarray, cells: int):
+    """How many of the flows ``src[i] → dst[i]`` cross every link, per cell (e.g. per step of a collective).
+
+    Routes only these flows (never the all-pairs incidence), so it is cheap for the few pairs of a collective.
+
+    Args:
+        structure: a topology's :attr:`NetworkTopology.structure`.
+        src, dst: device ids per flow (src ≠ dst).
+        cell: which cell (0 … cells−1) each flow belongs to.
+        cells: number of cells.
+
+    Returns:
+        ``(counts, hops)``: per level a (cells × links) int array of flows crossing each link, and the
+        (levels × flows) link traversals of every flow.
+    """
+    links, hops = _pair_links(structure, src, dst)
+    counts = tuple(
+        np.bincount(cell[flow_idx] * n_links + link, minlength=cells * n_links).reshape(cells, n_links)
+        for (flow_idx, link), n_links in zip(links, _level_link_counts(structure), strict=True)
+    )
+    return counts, hops
+
+
 def prepare(topology) -> None:
     """Build (and memoise) the all-pairs routes of a topology now, e.g. before timing or forking workers."""
     topology = as_topology(topology)

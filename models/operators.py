@@ -136,37 +136,66 @@ class _Candidates:
     waves: np.ndarray
 
 
-def _candidate_grid(g: Gemm, dev: DeviceSpec) -> list[tuple[int, int, int, int, int, bool]]:
-    """(tm, tn, tk, stages, split-K, grouped) of every tiling that fits registers and L1."""
+def _pow2_steps(minimum: np.ndarray, top: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the edges minimum·2^i for i < count, and whether each is ≤ that row's top (rows × count)."""
+    edges = minimum[:, None] * (1 << np.arange(count))[None, :]
+    return edges, edges <= top[:, None]
+
+
+def _edge_top(minimum: np.ndarray, extent: np.ndarray) -> np.ndarray:
+    """Vectorised upper end of :func:`_edge_candidates`."""
+    rounded = 1 << np.ceil(np.log2(np.maximum(extent, 1))).astype(np.int64)
+    return np.maximum(minimum, np.minimum(MAX_TILE, rounded))
+
+
+def _grid(gemms: list[Gemm], dev: DeviceSpec) -> dict[str, np.ndarray]:
+    """Every tiling that fits registers and L1, of every GEMM at once, as columns; rows are ordered GEMM by GEMM
+    and, within one, by tm, tn, split-K, tk and rasterisation (the order the tuner breaks ties in)."""
     mt, nt, kt = dev.min_tile
     acc_limit = dev.l0_B * ACCUMULATOR_SHARE_OF_L0
-    grid = []
-    for tm in _edge_candidates(mt, g.m):
-        for tn in _edge_candidates(nt, g.n):
-            if tm * tn * ACCUMULATOR_BYTES > acc_limit and not (tm == mt and tn == nt):
-                continue
-            base_tiles = g.groups * math.ceil(g.m / tm) * math.ceil(g.n / tn)
-            for split in SPLIT_K:
-                if split > 1 and (base_tiles * split > 4 * dev.pes or g.k / split < kt * 2):
-                    continue
-                k_len = math.ceil(g.k / split)
-                for tk in _edge_candidates(kt, min(k_len, 128)):
-                    stage_B = tm * tk * g.a_bytes + tk * tn * g.b_bytes
-                    # the deepest pipeline that fits L1: more stages only add bytes in flight (Little) and
-                    # widen the bank window, so shallower ones are never faster
-                    stages = max((st for st in STAGES if st * stage_B <= dev.l1_B), default=None)
-                    if stages is None:
-                        continue
-                    for grouped in ((False,) if math.ceil(g.m / tm) == 1 else (False, True)):
-                        grid.append((tm, tn, tk, stages, split, grouped))
-    return grid
+    gm = np.array([g.m for g in gemms], dtype=np.int64)
+    gn = np.array([g.n for g in gemms], dtype=np.int64)
+    gk = np.array([g.k for g in gemms], dtype=np.int64)
+    groups = np.array([g.groups for g in gemms], dtype=np.int64)
+    a_bytes = np.array([g.a_bytes for g in gemms])
+    b_bytes = np.array([g.b_bytes for g in gemms])
+    n_g = len(gemms)
+    # GEMM × tm × tn first, filtered; then each survivor × split × tk × grouped, filtered (order preserved)
+    steps_m, steps_n, steps_k = ((MAX_TILE // edge).bit_length() for edge in (mt, nt, kt))
+    tm_all, tm_ok = _pow2_steps(np.full(n_g, mt), _edge_top(np.full(n_g, mt), gm), steps_m)
+    tn_all, tn_ok = _pow2_steps(np.full(n_g, nt), _edge_top(np.full(n_g, nt), gn), steps_n)
+    gi, ti, ni = (a.ravel() for a in np.indices((n_g, steps_m, steps_n)))
+    tm, tn = tm_all[gi, ti], tn_all[gi, ni]
+    ok = tm_ok[gi, ti] & tn_ok[gi, ni]
+    ok &= ~((tm * tn * ACCUMULATOR_BYTES > acc_limit) & ~((tm == mt) & (tn == nt)))
+    gi, tm, tn = gi[ok], tm[ok], tn[ok]
+    inner = len(SPLIT_K) * steps_k * 2
+    si, ki, grouped = (np.tile(a.ravel(), len(gi)) for a in np.indices((len(SPLIT_K), steps_k, 2)))
+    gi, tm, tn = (np.repeat(a, inner) for a in (gi, tm, tn))
+    split = np.array(SPLIT_K, dtype=np.int64)[si]
+    base_tiles = groups[gi] * _ceil_div(gm[gi], tm) * _ceil_div(gn[gi], tn)
+    ok = ~((split > 1) & ((base_tiles * split > 4 * dev.pes) | (gk[gi] / split < kt * 2)))
+    k_len = _ceil_div(gk[gi], split)
+    tk = kt * (1 << ki)
+    ok &= tk <= _edge_top(np.full(len(k_len), kt), np.minimum(k_len, 128))
+    ok &= (grouped == 0) | (_ceil_div(gm[gi], tm) > 1)
+    gi, tm, tn, tk, split, grouped = (a[ok] for a in (gi, tm, tn, tk, split, grouped))
+    stage_B = tm * tk * a_bytes[gi] + tk * tn * b_bytes[gi]
+    # the deepest pipeline that fits L1: more stages only add bytes in flight (Little) and widen the bank
+    # window, so shallower ones are never faster
+    stages = np.zeros(len(gi), dtype=np.int64)
+    for st in STAGES:
+        stages = np.where(st * stage_B <= dev.l1_B, st, stages)
+    ok = stages > 0
+    return {"gemm": gi[ok], "tm": tm[ok], "tn": tn[ok], "tk": tk[ok], "stages": stages[ok], "split": split[ok],
+            "grouped": grouped[ok].astype(bool)}
 
 
 def _ceil_div(a, b):
     return -(-a // b)
 
 
-def _stream_time_array(dram: dram_model.DramSpec, total_B: np.ndarray, segment_B: float) -> np.ndarray:
+def _stream_time_array(dram: dram_model.DramSpec, total_B: np.ndarray, segment_B) -> np.ndarray:
     """Vectorised :func:`deepstack.models.dram.stream_time_s` (same formula, element-wise)."""
     total = np.asarray(total_B, dtype=float)
     segment = np.maximum(1.0, np.minimum(segment_B, total))
@@ -180,54 +209,105 @@ def _stream_time_array(dram: dram_model.DramSpec, total_B: np.ndarray, segment_B
     return np.where(total > 0, np.maximum(busy, total / dram.peak_bw_Bps), 0.0) / dram.refresh_availability
 
 
-@functools.lru_cache(maxsize=65536)
+class _CandidateMemo(dict):
+    """(GEMM, device, swizzle) → :class:`_Candidates`; filled a batch of GEMMs at a time."""
+
+    MAX_ENTRIES = 65536
+
+    def cache_clear(self) -> None:
+        self.clear()
+
+
+_CANDIDATES = _CandidateMemo()
+
+
 def _candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> _Candidates:
-    """Time every candidate tiling at once; mirrors :func:`_time_gemm` element-wise."""
-    grid = _candidate_grid(g, dev)
-    if not grid:
-        raise NoTilingError(f"{g.name}: no tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
-    tm, tn, tk, stages, split, grouped = (np.array(col) for col in zip(*grid, strict=True))
+    key = (g, dev, swizzle)
+    found = _CANDIDATES.get(key)
+    if found is None:
+        prepare_gemms([g], dev, swizzle)
+        found = _CANDIDATES[key]
+    if isinstance(found, NoTilingError):
+        raise found
+    return found
+
+
+def prepare_gemms(gemms, dev: DeviceSpec, swizzle: bool = True) -> None:
+    """Time every candidate tiling of every GEMM in ``gemms`` on ``dev`` in one vectorised pass (memoised).
+
+    Mirrors :func:`_time_gemm` element-wise. Batching matters: a design point has tens of GEMMs with tens of
+    candidates each, so the fixed cost of the numpy calls would dominate if they were timed one by one.
+    """
+    todo = list(dict.fromkeys(g for g in gemms if (g, dev, swizzle) not in _CANDIDATES))
+    if not todo:
+        return
+    if len(_CANDIDATES) + len(todo) > _CANDIDATES.MAX_ENTRIES:
+        _CANDIDATES.clear()
+    c = _grid(todo, dev)
+    found = np.bincount(c["gemm"], minlength=len(todo))
+    for index in np.flatnonzero(found == 0):  # remembered as such: the caller may have another option
+        g = todo[index]
+        _CANDIDATES[(g, dev, swizzle)] = NoTilingError(
+            f"{g.name}: no tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
+    todo = [g for g, count in zip(todo, found, strict=True) if count]
+    if not todo:
+        return
+    c["gemm"] = np.cumsum(found > 0)[c["gemm"]] - 1  # renumber over the GEMMs that have candidates
+    gi = c["gemm"]
+    tm, tn, tk, stages, split, grouped = c["tm"], c["tn"], c["tk"], c["stages"], c["split"], c["grouped"]
+
+    def column(attribute: str, dtype=float) -> np.ndarray:
+        return np.array([getattr(g, attribute) for g in todo], dtype=dtype)[gi]
+
+    m, n, k, groups = column("m", np.int64), column("n", np.int64), column("k", np.int64), column("groups", np.int64)
+    a_bytes, b_bytes, c_bytes = column("a_bytes"), column("b_bytes"), column("c_bytes")
+    epi_flops, epi_sfu, epi_read = column("epilogue_vector_flops"), column("epilogue_sfu_ops"), column(
+        "epilogue_read_bytes")
+    a_res = np.array([_resident(dev, g.groups * g.m * g.k * g.a_bytes) for g in todo])[gi]
+    c_res = np.array([_resident(dev, g.groups * g.m * g.n * g.c_bytes) for g in todo])[gi]
+    b_res = np.array([(not g.weight) and _resident(dev, g.groups * g.k * g.n * g.b_bytes) for g in todo])[gi]
     mt, nt, kt = dev.min_tile
     clock = dev.clock_Hz
-    a_res = _resident(dev, g.groups * g.m * g.k * g.a_bytes)
-    c_res = _resident(dev, g.groups * g.m * g.n * g.c_bytes)
-    b_res = (not g.weight) and _resident(dev, g.groups * g.k * g.n * g.b_bytes)
-    k_len = _ceil_div(g.k, split)
-    row_blocks = _ceil_div(g.m, tm)
-    col_blocks = _ceil_div(g.n, tn) * split
-    tiles = g.groups * row_blocks * col_blocks
+    rows_n = len(gi)
+    k_len = _ceil_div(k, split)
+    row_blocks = _ceil_div(m, tm)
+    col_blocks = _ceil_div(n, tn) * split
+    tiles = groups * row_blocks * col_blocks
     mma = (_ceil_div(tm, mt) * _ceil_div(tn, nt) * _ceil_div(k_len, kt) * 2 * mt * nt * kt
            / dev.matrix_flops_per_cycle)
-    epi_vector = tm * tn * (g.epilogue_vector_flops + (split > 1))
-    epi = epi_vector / dev.vector_flops_per_cycle + tm * tn * g.epilogue_sfu_ops / dev.sfu_ops_per_cycle
-    fill = k_len * (tm * g.a_bytes + tn * g.b_bytes)
-    reads = np.array([_operand_reads(a, b, mt, nt, dev.wgmma) for a, b in zip(tm, tn, strict=True)])
-    read = k_len * (tm * g.a_bytes * reads[:, 0] + tn * g.b_bytes * reads[:, 1])
-    l2_tile = fill + tm * tn * (g.c_bytes + g.epilogue_read_bytes)
+    epi_vector = tm * tn * (epi_flops + (split > 1))
+    epi = epi_vector / dev.vector_flops_per_cycle + tm * tn * epi_sfu / dev.sfu_ops_per_cycle
+    fill = k_len * (tm * a_bytes + tn * b_bytes)
+    reads_a, reads_b = _operand_reads_array(tm, tn, mt, nt, dev.wgmma)
+    read = k_len * (tm * a_bytes * reads_a + tn * b_bytes * reads_b)
+    l2_tile = fill + tm * tn * (c_bytes + epi_read)
     compute_s = (mma + epi) / clock
     l1_s = np.maximum(fill, read) / dev.l1_bw_B_per_cycle / clock
     waves = _ceil_div(tiles, dev.pes)
     window_steps = stages - 1
     k_steps = _ceil_div(k_len, tk)
-    total = np.zeros(len(grid))
-    dram_total = np.zeros(len(grid))
-    for count, active in ((np.where(waves > 1, waves - 1, 0), np.full(len(grid), dev.pes)),
-                          (np.ones(len(grid), dtype=int), tiles - np.maximum(waves - 1, 0) * dev.pes)):
-        rows, cols = _wave_blocks_array(active, row_blocks, col_blocks, g.groups, grouped)
-        b_B = np.zeros(len(grid)) if b_res else cols * k_len * tn * g.b_bytes
-        a_B = np.zeros(len(grid)) if a_res else rows * tm * k_len * g.a_bytes
-        c_B = np.zeros(len(grid)) if c_res else active * tm * tn * g.c_bytes
+    segment = np.minimum(k * a_bytes, dev.dram.row_B)
+    total = np.zeros(rows_n)
+    dram_total = np.zeros(rows_n)
+    for count, active in ((np.where(waves > 1, waves - 1, 0), np.full(rows_n, dev.pes)),
+                          (np.ones(rows_n, dtype=int), tiles - np.maximum(waves - 1, 0) * dev.pes)):
+        rows, cols = _wave_blocks_array(active, row_blocks, col_blocks, groups, grouped)
+        b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
+        a_B = np.where(a_res, 0.0, rows * tm * k_len * a_bytes)
+        c_B = np.where(c_res, 0.0, active * tm * tn * c_bytes)
         wave_B = a_B + b_B + c_B
-        bank_s = np.zeros(len(grid))
-        if not b_res:
-            window = (np.minimum(window_steps, k_steps) * tk * tn * g.b_bytes).astype(np.int64)
-            stride = (k_len * tn * g.b_bytes).astype(np.int64)
-            for i in range(len(grid)):
-                window_s, _ = _weight_window_time_s(dev.dram, int(cols[i]), int(stride[i]), int(window[i]), swizzle)
-                bank_s[i] = window_s * math.ceil(k_steps[i] / window_steps[i])
-        bank_s = bank_s + _stream_time_array(dev.dram, a_B + c_B, min(g.k * g.a_bytes, dev.dram.row_B))
-        in_flight = active * window_steps * ((0 if b_res else tk * tn * g.b_bytes)
-                                             + (0 if a_res else tm * tk * g.a_bytes))
+        bank_s = np.zeros(rows_n)
+        streamed = ~b_res
+        if streamed.any():
+            window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
+            stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
+            # many candidates share a window shape: time each distinct one once
+            shapes, which = np.unique(np.stack([cols[streamed], stride, window]), axis=1, return_inverse=True)
+            window_s = dram_model.window_service_times_s(dev.dram, *shapes, swizzle)[which.ravel()]
+            bank_s[streamed] = window_s * _ceil_div(k_steps[streamed], window_steps[streamed])
+        bank_s = bank_s + _stream_time_array(dev.dram, a_B + c_B, segment)
+        in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
+                                             + np.where(a_res, 0.0, tm * tk * a_bytes))
         little = np.maximum(in_flight, 1.0) / dev.dram.access_latency_s
         l1_fill = active * dev.l1_bw_B_per_cycle * clock
         dram_s = np.where(wave_B > 0, np.maximum(bank_s, wave_B / np.minimum(np.minimum(
@@ -236,7 +316,20 @@ def _candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> _Candidates:
         total += count * np.maximum(clocked, dram_s)
         dram_total += count * wave_B
     total += np.where(dram_total > 0, dev.dram.access_latency_s, 0.0)
-    return _Candidates(tm, tn, tk, stages, split, grouped, total, waves)
+    bounds = np.flatnonzero(np.diff(gi, prepend=-1, append=len(todo)))
+    for index, g in enumerate(todo):
+        part = slice(bounds[index], bounds[index + 1])
+        _CANDIDATES[(g, dev, swizzle)] = _Candidates(tm[part], tn[part], tk[part], stages[part], split[part],
+                                                    grouped[part], total[part], waves[part])
+
+
+def _operand_reads_array(tm, tn, mt: int, nt: int, wgmma: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised :func:`_operand_reads`."""
+    if wgmma:
+        return np.ones(len(tm)), np.ones(len(tm))
+    reads_a = np.where(tm < 2 * mt, 4, np.where(tn < 2 * nt, 1, 2))
+    reads_b = np.where(tm < 2 * mt, 1, np.where(tn < 2 * nt, 4, 2))
+    return reads_a, reads_b
 
 
 def _wave_blocks_array(tiles, row_blocks, col_blocks, groups: int, grouped):
