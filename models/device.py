@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
 from deepstack.models import area as area_model
+from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.schema import ChipArchitecture, Network, SramOption
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
 
@@ -17,6 +18,9 @@ HBM_PHY_MM2_PER_STACK = 10.0  # paper §2.2: 2.5D "PHY macros occupy tens of mm�
 @dataclass(frozen=True)
 class DramSpec:
     """DRAM as the performance model sees it (SI)."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     technology: str
     stacked_layers: int
@@ -39,6 +43,9 @@ class DramSpec:
 @dataclass(frozen=True)
 class DeviceSpec:
     """One device (a 3D-stack cluster or a 2.5D die) at its nominal clock, SI units."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     # Fields that do not change an operator's timing are left out of equality and hashing, so operator and
     # collective results are shared by every device that times the same (memoisation, DESIGN.md §3).

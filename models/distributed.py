@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 
 from deepstack.models import collectives, network
+from deepstack.models.hashing import HashedTuple, cached_hash, state_without_hash
 from deepstack.models.workload import DeviceShare, device_share
 from deepstack.schema import LLM, Network, Scenario, Schedule
 
@@ -36,6 +37,9 @@ LOGSUMEXP_BYTES = 8  # a (max, sum) float32 pair per row for distributed softmax
 @dataclass(frozen=True)
 class CommOp:
     """One collective of a layer (or of a stage), per microbatch, with what it may overlap with."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str
     op: str  # all_reduce, all_gather, reduce_scatter, all_to_all, send_recv
@@ -48,6 +52,9 @@ class CommOp:
 @dataclass(frozen=True)
 class Layouts:
     """Rank → device mapping of both modules (innermost first, pipeline stages outermost)."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     attention: tuple[tuple[str, int], ...]
     ffn: tuple[tuple[str, int], ...]
@@ -64,7 +71,7 @@ class Layouts:
 
 @functools.lru_cache(maxsize=16384)
 def _groups(layout, dim: str, devices: int) -> tuple[tuple[int, ...], ...]:
-    return network.device_groups(layout, dim, devices)
+    return HashedTuple(network.device_groups(layout, dim, devices))
 
 
 def _kv_width(model: LLM, tp: int) -> int:

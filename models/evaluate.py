@@ -3,6 +3,7 @@ collectives on the mapped network with tile-level overlap → pipeline → power
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -141,17 +142,14 @@ def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], po
             partner[target] = (comm, result)
     rows: list[Row] = []
     used = set()
-    for op in ops:
-        if isinstance(op, Choice):
-            label, timings = _choose(op, dev)
-            rows.extend(OpRow(kind, layers * op.count, t, label) for t in timings)
-        elif isinstance(op, Gemm) and op.name in partner:
+    for op, (label, timings) in zip(ops, _timed_layer(ops, dev), strict=True):
+        if isinstance(op, Gemm) and op.name in partner:
             comm, result = partner[op.name]
             timing = tune_gemm_overlapped(op, dev, result.time_s - result.latency_s, result.latency_s)
             rows.append(OverlapRow(kind, layers * op.count, timing, comm.name, result))
             used.add(comm.name)
         else:
-            rows.append(OpRow(kind, layers * op.count, time_op(op, dev)))
+            rows.extend(OpRow(kind, layers * op.count, t, label) for t in timings)
     compute_s = sum(r.count * r.time_at(1.0) for r in rows) / max(layers, 1)
     for name, (comm, result) in timed_comms.items():
         if name in used:
@@ -159,6 +157,13 @@ def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], po
         hidden = compute_s if comm.name == "fsdp_weight_gather" else 0.0
         rows.append(CommRow(kind, layers, comm.name, result, hidden))
     return rows
+
+
+@functools.lru_cache(maxsize=65536)
+def _timed_layer(ops: tuple, dev: DeviceSpec) -> tuple[tuple[str, tuple[OpTiming, ...]], ...]:
+    """Per operator of a layer: (the chosen option's label, its timings) — looked up once per layer and device
+    instead of once per operator (a search evaluates the same layers on the same device many times)."""
+    return tuple(_choose(op, dev) if isinstance(op, Choice) else ("", (time_op(op, dev),)) for op in ops)
 
 
 def _choose(op: Choice, dev: DeviceSpec) -> tuple[str, list[OpTiming]]:
@@ -245,16 +250,29 @@ def _gemms(ops):
                 yield from (o for o in option if isinstance(o, Gemm))
 
 
+@functools.lru_cache(maxsize=4096)
+def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
+    """The scenario of one microbatch (one shared object per input, so memo lookups hit by identity)."""
+    if microbatches == 1:
+        return scenario
+    return scenario.model_copy(update={"batch": math.ceil(scenario.batch / microbatches)})
+
+
+@functools.lru_cache(maxsize=16384)
+def _prepare(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...], dev: DeviceSpec) -> None:
+    """Tune every GEMM of the phase's workloads in one batch (once per workload and device)."""
+    prepare_gemms(_gemms(op for micro in micros for stage in stages
+                         for layer in build_workload(micro.model, micro, attention, ffn, pp, stage)
+                         for op in layer.ops), dev)
+
+
 def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
     s = point.schedule
     topology = distributed.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = distributed.layouts(scenario.model, scenario, s) if topology is not None else None
     stages = representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers)
-    micros = [scenario if m == 1 else scenario.model_copy(update={"batch": math.ceil(scenario.batch / m)})
-              for m in _microbatch_options(scenario, s)]
-    prepare_gemms(_gemms(op for micro in micros for stage in stages
-                         for layer in build_workload(micro.model, micro, s.attention, s.ffn, s.pp, stage)
-                         for op in layer.ops), dev)
+    micros = [_microbatch_scenario(scenario, m) for m in _microbatch_options(scenario, s)]
+    _prepare(tuple(micros), s.attention, s.ffn, s.pp, tuple(stages), dev)
     best: PhaseResult | None = None
     for m, micro in zip(_microbatch_options(scenario, s), micros, strict=True):
         worst: tuple[float, int, list[Row]] | None = None

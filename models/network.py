@@ -50,6 +50,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from deepstack.models.hashing import cached_hash, state_without_hash
+
 TOPOLOGIES = ("switch", "ring", "chain", "mesh", "torus", "fully_connected")
 _TWO_D = ("mesh", "torus")
 
@@ -81,6 +83,9 @@ class TopologyLevel:
         header_bytes: protocol overhead bytes per packet (ignored without ``packet_bytes``).
         label: free text for reports (e.g. "L3 system").
     """
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     topology: str
     dims: tuple[int, ...]
@@ -132,6 +137,9 @@ class TopologyLevel:
 @dataclass(frozen=True)
 class NetworkTopology:
     """A hierarchical network, innermost level first; ``devices`` = product of the level sizes."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     levels: tuple[TopologyLevel, ...]
 

@@ -71,6 +71,8 @@ class OpTiming:
 
     def time_at(self, clock_scale: float) -> float:
         """Time at ``clock_scale`` × the nominal clock (DRAM time does not scale)."""
+        if clock_scale == 1.0:
+            return self.time_s  # the same sum, computed when the timing was made
         return self.prologue_s + sum(w.count * max(w.clocked_s / clock_scale, w.fixed_s) for w in self.wave_timings)
 
     @property
@@ -302,8 +304,13 @@ def prepare_gemms(gemms, dev: DeviceSpec, swizzle: bool = True) -> None:
             window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
             stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
             # many candidates share a window shape: time each distinct one once
-            shapes, which = np.unique(np.stack([cols[streamed], stride, window]), axis=1, return_inverse=True)
-            window_s = dram_model.window_service_times_s(dev.dram, *shapes, swizzle)[which.ravel()]
+            code = np.zeros(len(window), dtype=np.int64)
+            for column_ in (cols[streamed], stride, window):  # one integer per (cols, stride, window) triple
+                values, rank = np.unique(column_, return_inverse=True)
+                code = code * len(values) + rank.ravel()
+            _, first, which = np.unique(code, return_index=True, return_inverse=True)
+            window_s = dram_model.window_service_times_s(dev.dram, cols[streamed][first], stride[first],
+                                                         window[first], swizzle)[which.ravel()]
             bank_s[streamed] = window_s * _ceil_div(k_steps[streamed], window_steps[streamed])
         bank_s = bank_s + _stream_time_array(dev.dram, a_B + c_B, segment)
         in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
@@ -494,25 +501,76 @@ def _time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int,
 def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     """Flash attention (prefill) or flash decoding with split-KV (decode). Tiles cover requests × KV groups ×
     blocks of the group's query heads × query blocks (× KV splits); tiles sharing a KV stream are scheduled
-    together so the stream is read from DRAM once when the wave's streams fit in L2."""
-    best = None
+    together so the stream is read from DRAM once when the wave's streams fit in L2. Every candidate is timed
+    at once (:func:`_attention_times`); the winner is re-timed by :func:`_time_attention` for its full record."""
     q_blocks = tuple(b for b in (16, 32, 64, 128) if b <= max(16, op.q_len)) if op.q_len > 1 else (1,)
     max_split = max(1, op.kv_len // min(ATTENTION_KV_BLOCKS))
     splits = [s for s in SPLIT_K if s <= max_split] if op.q_len == 1 else [1]
-    for head_block in _pow2_range(1, op.q_per_group):
-        for bq in q_blocks:
-            for split in splits:
-                for kv_block in ATTENTION_KV_BLOCKS:
-                    # the deepest pipeline that fits L1 (shallower ones only hold fewer bytes in flight)
-                    for stages in sorted(STAGES, reverse=True):
-                        cand = _time_attention(op, dev, head_block, bq, split, stages, kv_block)
-                        if cand is not None:
-                            if best is None or cand.time_s < best.time_s:
-                                best = cand
-                            break
-    if best is None:
+    grid = np.array([(hb, bq, split, kv) for hb in _pow2_range(1, op.q_per_group) for bq in q_blocks
+                     for split in splits for kv in ATTENTION_KV_BLOCKS], dtype=np.int64)
+    head_block, bq, split, kv_block = grid.T
+    head_block = np.minimum(head_block, op.q_per_group)
+    rows = head_block * np.minimum(bq, op.q_len)
+    # the deepest pipeline that fits L1 (shallower ones only hold fewer bytes in flight)
+    resident_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
+    stages = np.zeros(len(grid), dtype=np.int64)
+    for st in sorted(STAGES):
+        stages = np.where(st * kv_block * op.kv_token_bytes + resident_B <= dev.l1_B, st, stages)
+    fits = stages > 0
+    if not fits.any():
         raise NoTilingError(f"{op.name}: no attention tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
-    return best
+    times = _attention_times(op, dev, head_block[fits], bq[fits], split[fits], stages[fits], kv_block[fits])
+    i = int(np.argmin(times))  # the first of equals, as a loop in the grid's order would keep
+    best = [int(col[fits][i]) for col in (grid[:, 0], bq, split, stages, kv_block)]
+    return _time_attention(op, dev, *best)
+
+
+def _attention_times(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, kv_block) -> np.ndarray:
+    """Vectorised :func:`_time_attention` (time only, same arithmetic element by element)."""
+    mt, nt, kt = dev.min_tile
+    clock = dev.clock_Hz
+    rows = head_block * np.minimum(bq, op.q_len)
+    head_blocks = _ceil_div(op.q_per_group, head_block)
+    q_tiles = _ceil_div(op.q_len, bq)
+    tiles = op.requests * op.kv_groups * split * head_blocks * q_tiles
+    sharing = head_blocks * q_tiles
+    if op.q_len > 1:
+        keys = np.full(len(rows), op.scores / max(op.requests * op.kv_groups * op.q_per_group * op.q_len, 1))
+    else:
+        keys = _ceil_div(op.kv_len, split)
+    qk_cycles = (_ceil_div(rows, mt) * np.ceil(keys / nt) * math.ceil(op.qk_dim / kt) * 2 * mt * nt * kt
+                 / dev.matrix_flops_per_cycle)
+    pv_cycles = (_ceil_div(rows, mt) * math.ceil(op.v_dim / nt) * np.ceil(keys / kt) * 2 * mt * nt * kt
+                 / dev.matrix_flops_per_cycle)
+    scores = rows * keys
+    vector = scores * 4 + np.where(split > 1, rows * op.v_dim * 3, 0)
+    tile_cycles = qk_cycles + pv_cycles + vector / dev.vector_flops_per_cycle + scores / dev.sfu_ops_per_cycle
+    kv_tile_B = keys * op.kv_token_bytes
+    qo_tile_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
+    waves = _ceil_div(tiles, dev.pes)
+    page_B = min(dev.dram.row_B, KV_PAGE_TOKENS * op.kv_token_bytes)
+    l1_s = (kv_tile_B + qo_tile_B) / dev.l1_bw_B_per_cycle / clock
+    compute_s = tile_cycles / clock
+    total = np.zeros(len(rows))
+    for count, active in ((np.where(waves > 1, waves - 1, 0), np.full(len(rows), dev.pes)),
+                          (np.ones(len(rows), dtype=np.int64), tiles - np.maximum(waves - 1, 0) * dev.pes)):
+        streams = _ceil_div(active, sharing)
+        unique_kv_B = (streams * op.kv_len / split * op.kv_token_bytes if op.q_len == 1
+                       else streams * op.kv_len * op.kv_token_bytes)
+        resident = unique_kv_B <= dev.l2_B * L2_RESIDENT_SHARE
+        kv_B = np.where(resident, unique_kv_B, active * kv_tile_B)
+        wave_B = kv_B + (active * qo_tile_B if op.q_len > 1 else 0.0)
+        in_flight = np.minimum(active, streams * np.where(resident, 1, sharing)) * (stages - 1) * (
+            kv_block * op.kv_token_bytes)
+        bank_s = _stream_time_array(dev.dram, wave_B, page_B)
+        little = np.maximum(in_flight, 1.0) / dev.dram.access_latency_s
+        l1_fill = active * dev.l1_bw_B_per_cycle * clock
+        dram_s = np.where(wave_B > 0, np.maximum(bank_s, wave_B / np.minimum(np.minimum(
+            dev.dram.peak_bw_Bps, little), l1_fill)), 0.0)
+        l2_s = active * (kv_tile_B + qo_tile_B) / dev.l2_bw_Bps
+        clocked = np.maximum(np.maximum(compute_s, l1_s), l2_s)
+        total += count * np.maximum(clocked, dram_s)
+    return dev.dram.access_latency_s + total
 
 
 def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, split: int,

@@ -17,6 +17,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.models.parallel import pipeline_stage_layers
 from deepstack.schema import LLM, Scenario
 from deepstack.schema.schedule import ModuleParallel
@@ -32,6 +33,9 @@ SOFTMAX_FLOPS_PER_ELEMENT = 4  # max, subtract, sum, scale (exp on the SFU)
 class Gemm:
     """C[m×n] = A[m×k] · B[k×n], ``groups`` independent instances (experts, heads). B is a weight when
     ``weight`` is set (read from DRAM), otherwise an activation."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str
     m: int
@@ -56,6 +60,9 @@ class Gemm:
 class Attention:
     """Attention core. ``kv_groups`` groups of ``q_per_group`` query heads each share one K/V stream.
     ``kv_token_bytes`` is what one token of one group occupies in the cache (MLA: the latent)."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str
     phase: str
@@ -88,6 +95,9 @@ class Attention:
 class Vector:
     """Element-wise / reduction operator on the vector and SFU units."""
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     name: str
     elements: float
     read_bytes: float
@@ -101,6 +111,9 @@ class Vector:
 @dataclass(frozen=True)
 class Choice:
     """Alternative implementations of one step; the evaluator times each and keeps the fastest."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     name: str
     options: tuple[tuple[str, tuple], ...]  # (label, ops)
@@ -129,6 +142,7 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@functools.lru_cache(maxsize=16384)
 def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: int, stage: int = 0,
                  context_len: int | None = None) -> DeviceShare:
     """Split the scenario over one device. In decode every request contributes one token and sees
@@ -274,6 +288,9 @@ def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: f
 @dataclass(frozen=True)
 class LayerOps:
     """Operators of one layer kind, and how many such layers the device runs."""
+
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
 
     kind: str  # "dense", "moe", "embedding", "lm_head"
     layers: int
