@@ -339,8 +339,32 @@ def study_run(
         return
     report.console.print(f"study {result['study']} ({result['runner']}{', quick' if quick else ''}): "
                          f"{result['rows']} rows in {result['wall_s']:.1f} s → {result['out']}")
-    for path in result["files"]:
+    for path in [*result["files"], result["record"]]:
         report.console.print(f"  {path}")
+
+
+@study_app.command("report")
+def study_report(
+    out_root: Annotated[str, typer.Option(help="Folder of the run folders <name> (or <name>-quick).")] = "studies/out",
+    to: Annotated[str, typer.Option(help="The Markdown page to write.")] = "studies/RESULTS.md",
+    quick: Annotated[bool, typer.Option("--quick", help="Report the quick runs (<name>-quick folders).")] = False,
+    recipes: Annotated[str, typer.Option(help="Folder of the recipes <name>.toml and their README.md.")] = "studies",
+    json_out: JsonFlag = False,
+) -> None:
+    """Regenerate the results page from every study's last finished run (its run.json): wall times, key tables
+    and figure paths, no number typed by hand. A recipe without a finished run is listed as not run yet.
+
+    Example: deepstack study report --quick --to studies/out/RESULTS-quick.md
+    """
+    from deepstack.search.studies.results import build_report
+
+    result = build_report(recipes, out_root, to, quick)
+    if json_out:
+        report.print_json(result)
+        return
+    missing = [s["study"] for s in result["studies"] if s["status"] != "finished"]
+    report.console.print(f"wrote {result['to']}: {result['finished']} of {len(result['studies'])} studies"
+                         + (f"; not run yet: {', '.join(missing)}" if missing else ""))
 
 
 def _fail(message: str) -> int:

@@ -71,3 +71,16 @@ def run_in_process(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     finally:
         os.chdir(before)
     return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def assert_run_record(folder: Path, study: str) -> dict:
+    """A finished ``study run`` left ``run.json`` naming its study, its files (relative, all present) and at
+    least one key table with rows; returns the record."""
+    record = json.loads((folder / "run.json").read_text())
+    assert record["study"] == study, record["study"]
+    assert record["files"] and all((folder / f).is_file() for f in record["files"]), record["files"]
+    assert record["tables"], "no key table recorded"
+    for table in record["tables"]:
+        assert table["title"] and table["rows"], table
+        assert all(len(row) == len(table["columns"]) for row in table["rows"]), table["title"]
+    return record

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from conftest import assert_run_record
+
 from deepstack.schema import load_file
 from deepstack.search.studies import runners
 
@@ -40,3 +42,4 @@ def test_parallelism_spread_quick(cli, tmp_path):
     assert best["schedule"] in summary and "Question" in summary
     pngs = [f for f in files if f.suffix == ".png"]
     assert pngs and all(f.read_bytes().startswith(b"\x89PNG") and f.stat().st_size > 1000 for f in pngs)
+    assert_run_record(tmp_path, "parallelism-spread")

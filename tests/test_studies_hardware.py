@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import assert_user_error
+from conftest import assert_run_record, assert_user_error
 
 from deepstack.search.studies.hardware import EVALUATED, share_above
 
@@ -69,6 +69,7 @@ def test_quick_recipe_writes_csv_pngs_and_summary(cli, tmp_path_factory, cache, 
     summary = Path(_files(result, "summary.md")[0]).read_text()
     question = tomllib.loads((STUDIES / f"{name}.toml").read_text())["question"]
     assert question in summary
+    assert_run_record(Path(result["out"]), name)
 
 
 def test_dram_layers_theoretical_is_layers_times_layer_bw_and_effective_is_the_binding_bound(

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import assert_run_record
 
 from deepstack.models.device import resolve_device
 from deepstack.models.evaluate import evaluate
@@ -125,6 +126,7 @@ def test_quick_recipe_runs_and_its_numbers_hold(cli, tmp_path, name):
     summary = tmp_path / "summary.md"
     assert summary in files and "Quick mode" in summary.read_text()
     assert (STUDIES / f"{name}.md").exists()  # every recipe has its README
+    assert_run_record(tmp_path, name)
     check(rows)
 
 

@@ -5,13 +5,24 @@ to run a reduced version in seconds. Every runner writes, into its output folder
 point, static PNG figures, an interactive HTML figure where it helps, and ``summary.md`` with the key table and
 what it shows. Runners register themselves with :func:`runner`; the registry is filled by importing the runner
 modules listed in ``RUNNER_MODULES``.
+
+A runner makes its key table(s) with :meth:`StudyContext.key_table`, which records the table as data as well as
+returning its Markdown for ``summary.md``. When the runner returns, :func:`run_study` writes ``run.json`` last
+(atomically): the run's record — study, runner, quick flag, wall time, finish time, files, rows and the key
+tables. A present ``run.json`` therefore means a finished run; ``deepstack study report`` builds
+``studies/RESULTS.md`` from these records alone (:mod:`deepstack.search.studies.results`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import datetime as dt
 import importlib
 import json
+import math
+import numbers
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +33,8 @@ from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
 
 RUNNER_MODULES = ("hardware", "system", "search_studies")
+RUN_RECORD = "run.json"  # written last by run_study: its presence means the run finished
+RUN_RECORD_VERSION = 1
 _RUNNERS: dict[str, Callable[[StudyContext], None]] = {}
 
 
@@ -56,6 +69,7 @@ class StudyContext:
     folder: Path  # the recipe's folder: relative paths in parameters resolve against it
     files: list[str] = field(default_factory=list)
     rows_written: int = 0
+    tables: list[dict] = field(default_factory=list)  # the key tables, as recorded by key_table
 
     def param(self, key: str, default: Any = None) -> Any:
         if key not in self.params and default is None:
@@ -100,6 +114,17 @@ class StudyContext:
         self.files.append(str(path))
         return path
 
+    def key_table(self, title: str, rows: list[dict], columns: list[str] | None = None, digits: int = 4) -> str:
+        """Record a key table for ``run.json`` (and so for RESULTS.md) and return its Markdown for the summary.
+
+        ``columns`` defaults to every key of the rows in first-seen order. Cells are stored as plain JSON values:
+        a cell a row lacks, NaN and ±inf become null.
+        """
+        columns = list(columns) if columns else list(dict.fromkeys(k for row in rows for k in row))
+        self.tables.append({"title": title, "columns": columns, "digits": digits,
+                            "rows": [[plain(row.get(c)) for c in columns] for row in rows]})
+        return markdown_table(rows, columns, digits)
+
     def write_summary(self, text: str) -> Path:
         path = self.out / "summary.md"
         header = f"# {self.recipe.name}\n\n**Question.** {self.recipe.question}\n\n"
@@ -135,8 +160,57 @@ def markdown_table(rows: list[dict], columns: list[str] | None = None, digits: i
     return "\n".join(lines) + "\n"
 
 
+def plain(value: Any) -> Any:
+    """A table cell as a plain JSON value: bool, int, finite float, str or null (NaN, ±inf and missing → null)."""
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    """Parameters as plain JSON: lists and tables kept, every leaf through :func:`plain`."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return plain(value)
+
+
+def _json(value: Any, indent: str = "") -> str:
+    """Indented JSON with every list of plain values (a table row, a parameter list) on one line."""
+    inner = indent + "  "
+    if isinstance(value, dict) and value:
+        items = [f"{inner}{json.dumps(str(k))}: {_json(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+    if isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+        return "[\n" + ",\n".join(inner + _json(v, inner) for v in value) + f"\n{indent}]"
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)
+
+
+def _write_json_atomically(path: Path, data: dict) -> None:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(_json(data) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def utc_now() -> str:
+    """Now, in UTC, as ISO 8601 to the second."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
 def run_study(recipe_path: str, out: str | None = None, quick: bool = False) -> dict[str, Any]:
-    """Run one recipe; returns where its files went and how long it took."""
+    """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``)."""
     recipe = load_file(recipe_path, expected_kind="study")
     available = runners()
     if recipe.runner not in available:
@@ -145,8 +219,18 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False) -> 
     params = {**recipe.parameters, **(recipe.quick if quick else {})}
     folder = Path(out or Path("studies") / "out" / (recipe.name + ("-quick" if quick else "")))
     folder.mkdir(parents=True, exist_ok=True)
+    record_path = folder / RUN_RECORD
+    record_path.unlink(missing_ok=True)  # a stale record would vouch for files this run is about to replace
     context = StudyContext(recipe, params, quick, folder, Path(recipe_path).resolve().parent)
-    started = time.perf_counter()
+    started_at, started = utc_now(), time.perf_counter()
     available[recipe.runner](context)
+    wall_s = time.perf_counter() - started
+    _write_json_atomically(record_path, {
+        "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
+        "question": recipe.question, "parameters": _jsonable(params), "started_at": started_at,
+        "finished_at": utc_now(), "wall_s": wall_s, "rows": context.rows_written,
+        "files": [Path(f).relative_to(folder).as_posix() for f in dict.fromkeys(context.files)],
+        "tables": context.tables,
+    })
     return {"study": recipe.name, "runner": recipe.runner, "quick": quick, "out": str(folder),
-            "files": context.files, "rows": context.rows_written, "wall_s": time.perf_counter() - started}
+            "files": context.files, "rows": context.rows_written, "wall_s": wall_s, "record": str(record_path)}

@@ -21,7 +21,7 @@ from deepstack.models.device import resolve_device
 from deepstack.models.evaluate import DesignPoint, Report, device_effective_bw_Bps
 from deepstack.schema import SramOption
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
-from deepstack.search.studies import StudyContext, common, figure, markdown_table, runner
+from deepstack.search.studies import StudyContext, common, figure, runner
 
 GBps = 1e9  # B/s per GB/s (the CSV's bandwidth unit)
 AREA_PARTS = ("pes_mm2", "l2_mm2", "dram_interface_mm2", "noc_mm2", "overhead_mm2")  # AreaBreakdown, summed
@@ -262,7 +262,8 @@ def dram_layers(ctx: StudyContext) -> None:
         "bandwidth = min(full-row transaction curve, Little's law on half of every PE's L1 in flight, aggregate "
         "L1 fill bandwidth), as `device_effective_bw_Bps` computes it.\n\n"
         "The m that maximises effective DRAM bandwidth per L1 option (smallest m among ties):\n\n"
-        + markdown_table(best_rows)
+        + ctx.key_table("The m that maximises effective DRAM bandwidth per L1 option (smallest m among ties)",
+                        best_rows)
         + "\nPoints limited by each bound: "
         + ", ".join(f"{name} {count}" for name, count in bounds.items()) + ".\n"
     )
@@ -338,8 +339,9 @@ def layers_e2e(ctx: StudyContext) -> None:
         f"{ctx.param('model')} on {chip} × {_noc_name(ctx, noc)}, m = n over {layers}, regimes "
         f"{', '.join(_regime_label(*r) for r in regimes)}; each point with its best schedule by {objective}. "
         + _status_note(rows) + "\n\nThe m with the highest STPS per regime (among feasible points when any):\n\n"
-        + markdown_table(best_rows)
-        + "\nLogic-die area per device (mm²):\n\n" + markdown_table(area_rows, digits=4)
+        + ctx.key_table("The m with the highest STPS per regime (among feasible points when any)", best_rows)
+        + "\nLogic-die area per device (mm²):\n\n"
+        + ctx.key_table("Logic-die area per device (mm²)", area_rows, digits=4)
     )
 
 
@@ -431,7 +433,8 @@ def stacking_heatmap(ctx: StudyContext) -> None:
     ctx.write_summary(
         f"{ctx.param('model')} on {chip} × {_noc_name(ctx, noc)}, every (m, n ≤ m) with m in {ms}; "
         "per cell the best schedule by STPS and the best by tokens/J. " + _status_note(rows)
-        + "\n\nBest cell per regime and objective (among feasible cells when any):\n\n" + markdown_table(summary)
+        + "\n\nBest cell per regime and objective (among feasible cells when any):\n\n"
+        + ctx.key_table("Best cell per regime and objective (among feasible cells when any)", summary)
         + "\nW/mm² is system power / system area (equal to per-device power over the device footprint).\n"
     )
 
@@ -543,8 +546,10 @@ def thermal_distribution(ctx: StudyContext) -> None:
         f"{_layer_values(ctx, 'm_values', range(1, 11))}, each with its best schedule by {objective}. "
         + _status_note(rows) + f" Temperatures are T = T_amb + R(m)·P at the DVFS-chosen clock (§4.1.2); "
         f"'above_limit' counts evaluated designs above {limit_c:g} °C whether or not another limit is violated.\n\n"
-        + markdown_table(table, ["phase", "batch", "evaluated", "feasible", "infeasible", "thermal_violations",
-                                 "above_limit", "share_above_limit", "above_hard_limit", "median_temperature_c",
-                                 "max_temperature_c"])
-        + "\nPer chip, over all regimes and stackings:\n\n" + markdown_table(per_chip)
+        + ctx.key_table(f"Designs and temperatures per regime (limit {limit_c:g} °C, hard limit {hard_c:g} °C)",
+                        table, ["phase", "batch", "evaluated", "feasible", "infeasible", "thermal_violations",
+                                "above_limit", "share_above_limit", "above_hard_limit", "median_temperature_c",
+                                "max_temperature_c"])
+        + "\nPer chip, over all regimes and stackings:\n\n"
+        + ctx.key_table("Per chip, over all regimes and stackings", per_chip)
     )

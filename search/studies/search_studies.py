@@ -49,7 +49,7 @@ from deepstack.models.workload import Gemm, build_workload
 from deepstack.schema import Scenario, Schedule
 from deepstack.search.pareto import nondominated_mask
 from deepstack.search.space import load_space, stacking_pairs
-from deepstack.search.studies import StudyContext, figure, markdown_table, runner
+from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.common import point, scenario
 
 FIXED_COLLECTIVES = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "direct"}
@@ -403,7 +403,7 @@ def baseline_comparison(ctx: StudyContext) -> None:
                  f"median {float(np.median(valid)):.2f}×, max {max(valid):.2f}×.\n\n")
     if infeasible:
         text += "No feasible design on one side (speed-up not defined): " + ", ".join(infeasible) + ".\n\n"
-    ctx.write_summary(text + markdown_table(shown))
+    ctx.write_summary(text + ctx.key_table("Best 3D against best 2.5D design per scenario, at equal area", shown))
 
 
 def _plot_speedups(ctx: StudyContext, rows: list[dict], models: list[str], phases: list[str],
@@ -491,7 +491,8 @@ def ablation(ctx: StudyContext) -> None:
         f"{model} {phase}, base point {base.label}. Steps 1-4 are ranked with compute-communication overlap "
         "removed (serialised re-timing, see the README); step 5 ranks the same candidates with the model's "
         "overlap; steps 6-7 keep it on. Every step's candidate pool contains the previous one's, so STPS never "
-        "drops.\n\n" + ("; ".join(gains) + ".\n\n" if gains else "") + markdown_table(shown))
+        "drops.\n\n" + ("; ".join(gains) + ".\n\n" if gains else "")
+        + ctx.key_table("The design each step of the search space picks", shown))
 
 
 class _Ablation:
@@ -648,7 +649,8 @@ def noc_sensitivity(ctx: StudyContext) -> None:
     ctx.write_summary(
         f"{model} {phase} on {base.label} (best flat schedule per point). Bandwidth scales every link of the "
         "named level(s); the NoC area grows with it, so fewer PEs fit. Hop latency scales every level's "
-        "per-hop delay.\n\n" + markdown_table(shown))
+        "per-hop delay.\n\n" + ctx.key_table("STPS and PEs per device at each NoC bandwidth and hop-latency scale",
+                                               shown))
 
 
 def _plot_sensitivity(ctx: StudyContext, rows: list[dict], batches: list[int], sweep: str, xlabel: str,
@@ -733,7 +735,8 @@ def pareto_fronts(ctx: StudyContext) -> None:
     ctx.write_summary(
         f"{len(hardware)} hardware points ({len(ctx.param('chips'))} chips × {len(ctx.param('nocs'))} NoCs × m = n "
         f"in {ctx.param('stacked_layers')}) × every feasible flat schedule, {phase}. {'; '.join(counts)}.\n\n"
-        "STPS–tokens/J front per model and batch:\n\n" + markdown_table(summary_rows))
+        "STPS–tokens/J front per model and batch:\n\n"
+        + ctx.key_table("STPS–tokens/J front per model and batch", summary_rows))
 
 
 def _plot_front(ctx: StudyContext, group: list[dict], model: str, batch: int) -> None:

@@ -7,7 +7,7 @@ import numpy as np
 from deepstack.models.device import resolve_device
 from deepstack.models.evaluate import DesignPoint, evaluate
 from deepstack.models.parallel import feasible_strategies
-from deepstack.search.studies import StudyContext, figure, markdown_table, runner
+from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.common import point, scenario
 
 
@@ -44,5 +44,6 @@ def strategy_histogram(ctx: StudyContext) -> None:
         f"{best:,.0f} tokens/s; {within} ({within / max(len(rows), 1):.1%}) come within 10 % of it, and the median "
         f"reaches {np.median(stps) / best:.1%} of it — high-throughput schedules are rare, so the schedule must "
         "be searched together with the hardware.\n\n"
-        + markdown_table(ranked[:10], ["schedule", "stps", "utps", "tokens_per_joule", "feasible"])
+        + ctx.key_table("The 10 strategies with the highest STPS", ranked[:10],
+                        ["schedule", "stps", "utps", "tokens_per_joule", "feasible"])
     )

@@ -1,0 +1,257 @@
+"""The results page: ``deepstack study report`` builds ``studies/RESULTS.md`` from the studies' run records.
+
+Every finished ``deepstack study run`` leaves ``run.json`` in its output folder (see :func:`run_study`): the
+study, its wall time, when it finished, the files it wrote and its key tables as data. This module reads the
+record of every recipe in ``studies/*.toml`` (in the order of the table in ``studies/README.md``) and renders one
+Markdown page from them alone — no number on the page is typed by hand. A recipe without a finished run gets a
+"not run yet" line with the command that runs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from deepstack.errors import UserInputError
+from deepstack.schema import load_file
+from deepstack.search.studies import RUN_RECORD, markdown_table, utc_now
+
+DEFAULT_RECIPES = "studies"
+DEFAULT_OUT_ROOT = "studies/out"
+DEFAULT_PAGE = "studies/RESULTS.md"
+FIGURE_SUFFIXES = (".png", ".svg", ".html")
+MISSING_CELL = "–"  # a null cell of a key table: a value the row lacks, or NaN
+
+
+@dataclass
+class StudyRun:
+    """One recipe and, when it has finished a run into its folder, that run's record."""
+
+    name: str
+    recipe: Path
+    question: str
+    folder: Path
+    record: dict[str, Any] | None
+
+
+def recipe_paths(recipes: Path) -> list[Path]:
+    """``recipes/*.toml`` in the order of the recipe table in ``recipes/README.md``; the rest by name after it."""
+    if not recipes.is_dir():
+        raise UserInputError(f"--recipes {recipes}: no such folder (it holds the study recipes <name>.toml)")
+    paths = {p.stem: p for p in sorted(recipes.glob("*.toml"))}
+    if not paths:
+        raise UserInputError(f"--recipes {recipes}: no study recipes (*.toml) in it")
+    readme = recipes / "README.md"
+    listed = re.findall(r"^\|\s*`([^`]+)`\s*\|", readme.read_text(), flags=re.M) if readme.is_file() else []
+    order = [name for name in dict.fromkeys(listed) if name in paths]
+    return [paths[name] for name in order] + [p for name, p in paths.items() if name not in order]
+
+
+def _bad(path: Path, detail: str) -> UserInputError:
+    return UserInputError(f"{path}: not a valid study run record ({detail}); run the study again to rewrite it")
+
+
+def _check(path: Path, ok: bool, detail: str) -> None:
+    if not ok:
+        raise _bad(path, detail)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_record(path: Path, study: str) -> dict[str, Any]:
+    """Read and check one ``run.json``; anything unreadable or malformed is a one-line user error naming it."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise _bad(path, str(exc)) from None
+    _check(path, isinstance(data, dict), "not a JSON object")
+    for key, kind in (("study", str), ("runner", str), ("quick", bool), ("finished_at", str), ("files", list),
+                      ("tables", list)):
+        _check(path, isinstance(data.get(key), kind), f"{key}: missing or not a {kind.__name__}")
+    for key in ("wall_s", "rows"):
+        _check(path, _is_number(data.get(key)) and data[key] >= 0, f"{key}: missing or not a number ≥ 0")
+    _check(path, data["study"] == study, f"study: it records {data['study']!r}, expected {study!r}")
+    _check(path, all(isinstance(f, str) and f and not Path(f).is_absolute() and ".." not in Path(f).parts
+                     for f in data["files"]), "files: must be paths relative to the run folder")
+    for i, table in enumerate(data["tables"]):
+        where = f"tables[{i}]"
+        _check(path, isinstance(table, dict), f"{where}: not an object")
+        _check(path, isinstance(table.get("title"), str), f"{where}.title: missing or not a string")
+        columns = table.get("columns")
+        _check(path, isinstance(columns, list) and all(isinstance(c, str) for c in columns),
+               f"{where}.columns: missing or not a list of strings")
+        _check(path, isinstance(table.get("digits"), int) and not isinstance(table["digits"], bool)
+               and 1 <= table["digits"] <= 17, f"{where}.digits: missing or not an integer in 1…17")
+        rows = table.get("rows")
+        _check(path, isinstance(rows, list) and all(isinstance(r, list) and len(r) == len(columns) for r in rows),
+               f"{where}.rows: missing or not a list of rows of {len(columns)} cells")
+        _check(path, all(c is None or isinstance(c, bool | int | float | str) for r in rows for c in r),
+               f"{where}.rows: a cell is not a number, string, boolean or null")
+    return data
+
+
+def collect(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
+            quick: bool = False) -> list[StudyRun]:
+    """Every recipe with the record of its run in ``out_root/<name>`` (``<name>-quick`` with ``quick``)."""
+    recipes, out_root = Path(recipes), Path(out_root)
+    if not out_root.is_dir():
+        raise UserInputError(f"--out-root {out_root}: no such folder; run a study first "
+                             f"(deepstack study run {recipes / '<name>.toml'}{' --quick' if quick else ''})")
+    runs = []
+    for path in recipe_paths(recipes):
+        recipe = load_file(str(path), expected_kind="study")
+        folder = out_root / (recipe.name + ("-quick" if quick else ""))
+        record_path = folder / RUN_RECORD
+        record = load_record(record_path, recipe.name) if record_path.exists() else None
+        runs.append(StudyRun(recipe.name, path, recipe.question, folder, record))
+    return runs
+
+
+# --- rendering -------------------------------------------------------------------------------------------------
+
+def duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _slug(title: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def relative(path: Path, page_dir: Path) -> str:
+    """``path`` relative to the page's folder, as the page links it."""
+    return Path(os.path.relpath(path.resolve(), page_dir.resolve())).as_posix()
+
+
+def _link(path: Path, page_dir: Path) -> str:
+    rel = relative(path, page_dir)
+    note = "" if path.exists() else " (missing)"
+    return f"[`{rel}`](<{rel}>){note}"
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return MISSING_CELL
+    if isinstance(value, str):
+        return " ".join(value.split()).replace("|", "\\|")
+    return value
+
+
+def render_table(table: dict[str, Any]) -> str:
+    """A recorded key table in Markdown, with the same number formatting as the study's ``summary.md``."""
+    columns = table["columns"]
+    rows = [{c: _cell(v) for c, v in zip(columns, row, strict=True)} for row in table["rows"]]
+    return markdown_table(rows, columns, table["digits"])
+
+
+def _run_command(run: StudyRun, out_root: Path, quick: bool) -> str:
+    command = f"deepstack study run {run.recipe}"
+    if out_root != Path(DEFAULT_OUT_ROOT):
+        command += f" --out {run.folder}"
+    return command + (" --quick" if quick else "")
+
+
+def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, generated_at: str) -> str:
+    page_dir = page.parent
+    finished = [r for r in runs if r.record]
+    root = relative(out_root, page_dir)
+    lines = [
+        "# Study results",
+        "",
+        "<!-- Generated by `deepstack study report`: do not edit by hand. -->",
+        f"_Generated by `deepstack study report` at {generated_at} from the run records (`{RUN_RECORD}`) under "
+        f"`{root}`{' (quick runs)' if quick else ''}. Do not edit by hand: run a study with "
+        "`deepstack study run studies/<name>.toml`, then regenerate this page with `deepstack study report`._",
+        "",
+        f"{len(finished)} of {len(runs)} studies have a finished run. The tables below are each study's key "
+        "tables as its run recorded them; its `summary.md` says what they show.",
+        "",
+        "| study | wall time | rows | quick? | finished (UTC) |",
+        "|---|---|---|---|---|",
+    ]
+    for run in runs:
+        name = f"[{run.name}](#{_slug(run.name)})"
+        if run.record:
+            rec = run.record
+            lines.append(f"| {name} | {duration(rec['wall_s'])} | {rec['rows']} | "
+                         f"{'yes' if rec['quick'] else 'no'} | {rec['finished_at']} |")
+        else:
+            lines.append(f"| {name} | not run yet | | | |")
+    if finished:
+        total = sum(r.record["wall_s"] for r in finished)
+        lines.append(f"| total | {duration(total)} | {sum(r.record['rows'] for r in finished)} | | |")
+    lines.append("")
+
+    for run in runs:
+        lines += [f"## {run.name}", "", f"**Question.** {run.question}", ""]
+        rec = run.record
+        if not rec:
+            lines += [f"not run yet: `{_run_command(run, out_root, quick)}`", ""]
+            continue
+        lines += [f"Recipe `{run.recipe.name}`, runner `{rec['runner']}`"
+                  f"{', quick mode (a reduced version, not the real answer)' if rec['quick'] else ''}: "
+                  f"{rec['rows']} rows in {duration(rec['wall_s'])}, finished {rec['finished_at']}.", ""]
+        for table in rec["tables"]:
+            lines += [f"**{table['title']}**", "", render_table(table)]
+        if not rec["tables"]:
+            lines += ["(this run recorded no key table)", ""]
+        files = [run.folder / f for f in rec["files"]]
+        figures = [f for f in files if f.suffix.lower() in FIGURE_SUFFIXES]
+        data = [f for f in files if f.suffix.lower() == ".csv"]
+        summary = [f for f in files if f.name == "summary.md"]
+        for label, group in (("Figures", figures), ("Summary", summary), ("Data", data)):
+            if group:
+                lines.append(f"- {label}: " + ", ".join(_link(f, page_dir) for f in group))
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
+                 to: str | Path = DEFAULT_PAGE, quick: bool = False) -> dict[str, Any]:
+    """Write the results page ``to`` from the run records under ``out_root``; returns what it wrote."""
+    out_root, page = Path(out_root), Path(to)
+    if page.is_dir():
+        raise UserInputError(f"--to {page}: is a folder; give the Markdown file to write, e.g. {DEFAULT_PAGE}")
+    runs = collect(recipes, out_root, quick)
+    generated_at = utc_now()
+    text = render(runs, page, out_root, quick, generated_at)
+    try:
+        page.parent.mkdir(parents=True, exist_ok=True)
+        _write_text_atomically(page, text)
+    except OSError as exc:
+        raise UserInputError(f"--to {page}: cannot write it ({exc.strerror or exc})") from None
+    return {
+        "to": str(page), "generated_at": generated_at, "out_root": str(out_root), "quick": quick,
+        "finished": sum(1 for r in runs if r.record), "studies": [
+            {"study": r.name, "recipe": str(r.recipe), "folder": str(r.folder),
+             "status": "finished" if r.record else "not run",
+             **({"wall_s": r.record["wall_s"], "rows": r.record["rows"], "quick": r.record["quick"],
+                 "finished_at": r.record["finished_at"], "tables": len(r.record["tables"]),
+                 "files": [str(r.folder / f) for f in r.record["files"]]} if r.record else {})}
+            for r in runs],
+    }
