@@ -361,8 +361,9 @@ def check_schedule(point: DesignPoint) -> None:
         raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")
 
 
-def evaluate(point: DesignPoint, with_ttft: bool = True) -> Report:
-    """Evaluate one design point. ``with_ttft`` also times the prefill of a decode scenario (its TTFT)."""
+def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True) -> Report:
+    """Evaluate one design point. ``with_ttft`` also times the prefill of a decode scenario (its TTFT);
+    ``breakdown=False`` leaves out the per-operator breakdown (searches rank on the metrics alone)."""
     check_schedule(point)
     scenario = point.scenario
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
@@ -413,7 +414,8 @@ def evaluate(point: DesignPoint, with_ttft: bool = True) -> Report:
         feasible=not violations, violations=violations, metrics=metrics,
         hardware=_hardware(point, dev, devices), schedule=_schedule(s, devices, main),
         scenario=_scenario(scenario),
-        breakdown=_breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B, devices, point),
+        breakdown=_breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B, devices, point)
+        if breakdown else {},
     )
 
 

@@ -58,7 +58,7 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     for strategy in kept:
         schedule = strategy.to_schedule().model_copy(update={"collectives": point.schedule.collectives})
         candidate = DesignPoint(**{**point.__dict__, "schedule": schedule})
-        evaluated.append((evaluate(candidate, with_ttft=False), candidate))
+        evaluated.append((evaluate(candidate, with_ttft=False, breakdown=False), candidate))
     evaluated.sort(key=lambda item: (item[0].feasible, _score(item[0], objective)), reverse=True)
     results = [report for report, _ in evaluated]
     best = evaluate(evaluated[0][1], with_ttft=True)

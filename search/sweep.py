@@ -46,7 +46,8 @@ from deepstack.search.space import (
 
 MODES = ("hierarchical", "exhaustive")
 BACKENDS = ("local", "dask")
-CHUNK_POINTS = 8  # hardware points per chunk: the unit of scheduling, progress and resumption
+CHUNK_POINTS = 8  # at most this many hardware points per chunk: the unit of scheduling, progress and resumption
+MIN_CHUNKS = 16  # a tier is cut into at least this many chunks (when it has the points) so workers stay balanced
 PROMOTED_SHARE = 0.05  # paper §4.2.3: the top 5 % of a tier advance to the next
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "frequency_ghz",
                   "memory_gib")
@@ -90,7 +91,8 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     for strategy in kept:
         if strategy.fsdp not in space.schedule.fsdp:
             continue
-        report = evaluate(design_point(space, hw, scenario, strategy.to_schedule()), with_ttft=task.with_ttft)
+        report = evaluate(design_point(space, hw, scenario, strategy.to_schedule()), with_ttft=task.with_ttft,
+                          breakdown=False)
         metrics = report.metrics
         rows.append({**hw.as_dict(), "schedule": strategy.label, "fsdp": strategy.fsdp,
                      "feasible": report.feasible, **{k: metrics[k] for k in METRIC_COLUMNS if k in metrics}})
@@ -180,9 +182,16 @@ class ChunkLog:
             fh.write(f"{tier}-{index:05d}\n")
 
 
+def chunk_points(tasks: int) -> int:
+    """Hardware points per chunk of a tier: a pure function of the tier's size (never of the worker count), so
+    a resumed sweep cuts its tiers exactly as the interrupted one did."""
+    return max(1, min(CHUNK_POINTS, math.ceil(tasks / MIN_CHUNKS)))
+
+
 def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, dask_run) -> list[dict]:
     """Evaluate a tier chunk by chunk (resuming finished chunks) and merge the rows in chunk order."""
-    chunks = [tasks[i:i + CHUNK_POINTS] for i in range(0, len(tasks), CHUNK_POINTS)]
+    size = chunk_points(len(tasks))
+    chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: dict[int, list[dict]] = {}
     todo = []
     for index in range(len(chunks)):
@@ -249,7 +258,8 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
         raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
     design_space = load_space(space)
     space_ref = space or "default"
-    fingerprint = json.dumps({"mode": mode, "space": design_space.model_dump(mode="json"),
+    fingerprint = json.dumps({"chunking": [CHUNK_POINTS, MIN_CHUNKS], "mode": mode,
+                              "space": design_space.model_dump(mode="json"),
                               "scenario": scenario.model_dump(mode="json"), "objectives": objectives,
                               "ttft": with_ttft}, sort_keys=True)
     log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
