@@ -5,7 +5,8 @@ writes benchmarks/results/run.json (git-ignored). Run: `python benchmarks/run.py
    cold (every cache cleared) and memoised;
 2. best-schedule search over every feasible strategy of one hardware point (same scenario, Standard/TMS1);
 3. a 256-node all-to-all network evaluation (1 MiB per rank, TMS1);
-4. hierarchical sweep throughput (design points per second) on the small space, 1 and 2 processes;
+4. hierarchical sweep throughput (design points per second) on a slice of the paper space (one chip, one NoC,
+   a few stackings, the paper's hop-latency and bandwidth axes) for one scenario, 1 and 2 processes;
 5. Optuna overhead per trial with SQLite storage against the evaluation time.
 """
 
@@ -73,7 +74,7 @@ def main() -> None:
     group = [tuple(range(n))]
     results["all-to-all collective, auto, cold memo (ms)"] = 1e3 * _median(
         lambda: collectives.collective_time("all_to_all", 1 << 20, group, topo), reps, before=clear_caches)
-    results.update(_sweep_throughput())
+    results.update(_sweep_throughput(args.quick))
     results.update(_optuna_overhead())
     rows = []
     for name, value in results.items():
@@ -89,19 +90,29 @@ def main() -> None:
     (out / "run.json").write_text(json.dumps({"results": results, "targets": TARGETS}, indent=2))
 
 
-def _sweep_throughput() -> dict[str, float]:
-    from deepstack.search.space import load_space, scenarios
+def _sweep_throughput(quick: bool) -> dict[str, float]:
+    """Hierarchical sweep of a slice of the paper space (Standard chip on TMS1, every (m, n ≤ m) of the listed m,
+    base SRAM, the paper's hop-latency and per-level bandwidth axes) for DeepSeek-V3 decode at batch 1024."""
+    from deepstack.search.space import load_space
     from deepstack.search.sweep import sweep
 
-    space = "small"
-    scenario = scenarios(load_space(space))[0]
+    paper = load_space("paper")
+    hardware = paper.hardware.model_copy(update={
+        "chips": ("standard",), "nocs": ("tms1",), "stacked_layers": (2, 4) if quick else (2, 4, 6),
+        "sram": paper.hardware.sram[:1]})
+    space = paper.model_copy(update={"hardware": hardware, "name": "paper-slice"})
+    scenario = Scenario(model="deepseek-v3", phase="decode", batch=1024)
     out: dict[str, float] = {}
-    for workers in (1, 2):
-        clear_caches()
-        with tempfile.TemporaryDirectory() as folder:
-            result = sweep(mode="hierarchical", space=space, scenario=scenario, objectives=["stps", "tokens_per_joule"],
-                           out=folder, workers=workers)
-        out[f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"] = result.evaluations / result.wall_s
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "paper-slice.json"
+        path.write_text(space.model_dump_json())
+        for workers in (1, 2):
+            clear_caches()
+            result = sweep(mode="hierarchical", space=str(path), scenario=scenario,
+                           objectives=["stps", "tokens_per_joule"], out=f"{folder}/sweep-{workers}", workers=workers)
+            name = f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"
+            out[name] = result.evaluations / result.wall_s
+            out[f"sweep evaluations ({workers})"] = result.evaluations
     out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
     return out
 
