@@ -291,6 +291,7 @@ class _Plan:
     link_counts: tuple[np.ndarray, ...]  # per level (cells × links): flows of each cell crossing each link
     hop_rows: np.ndarray  # (rows × levels) distinct per-level hop counts of each step's flows
     hop_starts: np.ndarray  # (steps,) first row of each step
+    cell_peaks: tuple[np.ndarray, ...]  # per level (cells,): flows on the busiest link of each cell
 
 
 @functools.lru_cache(maxsize=4096)
@@ -329,8 +330,11 @@ def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
     hop_rows, hop_starts = _distinct_hops(hops, step_of_cell[cell], len(steps))
     plan = _Plan(tuple(step.phase for step in steps), np.array([step.count for step in steps]),
                  np.array(cell_starts), np.concatenate(payload),
-                 tuple(counts.astype(float) for counts in link_counts), hop_rows, hop_starts)
-    for array in (plan.counts, plan.cell_starts, plan.cell_payload, plan.hop_rows, plan.hop_starts, *plan.link_counts):
+                 tuple(counts.astype(float) for counts in link_counts), hop_rows, hop_starts,
+                 tuple(counts.max(axis=1).astype(float) if counts.shape[1] else np.zeros(cells)
+                       for counts in link_counts))
+    for array in (plan.counts, plan.cell_starts, plan.cell_payload, plan.hop_rows, plan.hop_starts, *plan.link_counts,
+                  *plan.cell_peaks):
         array.flags.writeable = False
     return plan
 
@@ -367,6 +371,20 @@ def _timed_steps(plan: _Plan, S: float, topology: NetworkTopology):
     delays = np.array([level.hop_latency_s for level in topology.levels])
     latency = np.maximum.reduceat(plan.hop_rows @ delays, plan.hop_starts)
     return latency, congestion, peak, loads
+
+
+def _latency_congestion(plan: _Plan, S: float, topology: NetworkTopology) -> tuple[np.ndarray, np.ndarray]:
+    """Eq. 4's latency and congestion of every step, without the bytes of every link: when each step's flows
+    carry one size, the busiest link of a level is the one most flows cross (so its bytes are that count × the
+    flow's wire bytes, exactly what the full sum gives)."""
+    if len(plan.cell_payload) != len(plan.counts):
+        latency, congestion, _, _ = _timed_steps(plan, S, topology)
+        return latency, congestion
+    congestion = np.zeros(len(plan.counts))
+    for level, peaks in zip(topology.levels, plan.cell_peaks, strict=True):
+        congestion = np.maximum(congestion, level.wire_bytes(plan.cell_payload * S) * peaks / level.link_bw_Bps)
+    delays = np.array([level.hop_latency_s for level in topology.levels])
+    return np.maximum.reduceat(plan.hop_rows @ delays, plan.hop_starts), congestion
 
 
 def _run_of(algorithm: str, detail: str, plan: _Plan, timed, steps, topology, overhead_s: float) -> _Run:
@@ -484,21 +502,50 @@ def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopo
     return _execute(op, algorithm, S, groups, topology, overhead_s)
 
 
-@functools.lru_cache(maxsize=2048)
-def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
-    """Fastest applicable algorithm (first listed wins ties) and the time of every applicable one.
+@functools.lru_cache(maxsize=8192)
+def _step_times(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopology,
+                overhead_s: float) -> tuple[tuple[int, float], ...]:
+    """(count, time of one step) of every step the algorithm runs, in order — what its time is made of, the same
+    figures its full :class:`_Run` holds, but without summing the bytes of every link (cheap enough to rank
+    every algorithm and build the full run of the winner only)."""
+    if algorithm == "hierarchical":
+        inner_groups, rails, a = _hierarchy(groups, topology)
+        return (_best_steps("reduce_scatter", S, inner_groups, topology, overhead_s)
+                + _best_steps("all_reduce", S / a, rails, topology, overhead_s)
+                + _best_steps("all_gather", S / a, inner_groups, topology, overhead_s))
+    plan = _plan(op, algorithm, groups, topology.structure)
+    latency, congestion = _latency_congestion(plan, S, topology)
+    if algorithm == "double_tree":
+        k = int(np.argmin(plan.counts * (latency + congestion + overhead_s)))  # as _double_tree chooses
+        return ((int(plan.counts[k]), float(latency[k] + congestion[k] + overhead_s)),)
+    return tuple((int(c), float(lat + cong + overhead_s)) for c, lat, cong in zip(plan.counts, latency, congestion,
+                                                                                 strict=True))
+
+
+@functools.lru_cache(maxsize=8192)
+def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
+    """The fastest applicable algorithm (first listed wins ties) and (algorithm, time) of every applicable one.
 
     Pairwise all-to-all is skipped: its p−1 steps partition the direct algorithm's flows, so under eq. 4 each
     link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
     instead of one — it can never be faster than direct here, and it is the costliest to route.
     """
-    runs = [
-        _run(op, algorithm, S, groups, topology, overhead_s)
+    times = [
+        (algorithm, sum(count * time for count, time in _step_times(op, algorithm, S, groups, topology, overhead_s)))
         for algorithm in ALGORITHMS[op]
         if _unavailable(op, algorithm, groups, topology) is None and (op, algorithm) != ("all_to_all", "pairwise")
     ]
-    best = min(runs, key=lambda run: run.time_s)
-    return best, tuple((run.algorithm, run.time_s) for run in runs)
+    return min(times, key=lambda item: item[1])[0], tuple(times)
+
+
+def _best_steps(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
+    return _step_times(op, _ranked(op, S, groups, topology, overhead_s)[0], S, groups, topology, overhead_s)
+
+
+def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
+    """The full run of the fastest applicable algorithm and the time of every applicable one."""
+    best, candidates = _ranked(op, S, groups, topology, overhead_s)
+    return _run(op, best, S, groups, topology, overhead_s), candidates
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -126,15 +126,11 @@ class PhaseResult:
         return core * scale**2 * m, dram * m, noc * m
 
 
-def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], point: DesignPoint,
+def _layer_rows(kind: str, layers: int, ops, comms: tuple[distributed.CommOp, ...], point: DesignPoint,
                 dev: DeviceSpec, layout, topology) -> list[Row]:
     """Time one layer kind's operators and collectives, overlapping each collective with the GEMM it feeds
     or is fed by when that GEMM is in the layer."""
-    timed_comms = {}
-    for comm in comms:
-        result = distributed.time_comm(comm, layout, topology, point.schedule) if topology else None
-        if result is not None:
-            timed_comms[comm.name] = (comm, result)
+    timed_comms = dict(_timed_comms(comms, layout, topology, point.schedule)) if topology else {}
     partner = {}
     for comm, result in timed_comms.values():
         target = comm.after or comm.before
@@ -142,14 +138,14 @@ def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], po
             partner[target] = (comm, result)
     rows: list[Row] = []
     used = set()
-    for op, (label, timings) in zip(ops, _timed_layer(ops, dev), strict=True):
-        if isinstance(op, Gemm) and op.name in partner:
+    for op, op_rows in _op_rows(kind, layers, ops, dev):
+        if op.name in partner and isinstance(op, Gemm):
             comm, result = partner[op.name]
             timing = tune_gemm_overlapped(op, dev, result.time_s - result.latency_s, result.latency_s)
             rows.append(OverlapRow(kind, layers * op.count, timing, comm.name, result))
             used.add(comm.name)
         else:
-            rows.extend(OpRow(kind, layers * op.count, t, label) for t in timings)
+            rows.extend(op_rows)
     compute_s = sum(r.count * r.time_at(1.0) for r in rows) / max(layers, 1)
     for name, (comm, result) in timed_comms.items():
         if name in used:
@@ -160,10 +156,34 @@ def _layer_rows(kind: str, layers: int, ops, comms: list[distributed.CommOp], po
 
 
 @functools.lru_cache(maxsize=65536)
-def _timed_layer(ops: tuple, dev: DeviceSpec) -> tuple[tuple[str, tuple[OpTiming, ...]], ...]:
-    """Per operator of a layer: (the chosen option's label, its timings) — looked up once per layer and device
-    instead of once per operator (a search evaluates the same layers on the same device many times)."""
-    return tuple(_choose(op, dev) if isinstance(op, Choice) else ("", (time_op(op, dev),)) for op in ops)
+def _timed_comms(comms: tuple, layout, topology, schedule: Schedule) -> tuple:
+    """(name, (collective, result)) of a layer's collectives that move data, in order (memoised per layer)."""
+    timed = {}
+    for comm in comms:
+        result = distributed.time_comm(comm, layout, topology, schedule)
+        if result is not None:
+            timed[comm.name] = (comm, result)
+    return tuple(timed.items())
+
+
+@functools.lru_cache(maxsize=65536)
+def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f, moe: bool) -> tuple:
+    """The collectives of one dense or MoE layer (memoised: the same objects for every evaluation of it)."""
+    return tuple(distributed.attention_comms(model, scenario, schedule, share_a)
+                 + distributed.ffn_comms(model, scenario, schedule, share_a, share_f, moe)
+                 + distributed.fsdp_comms(model, scenario, schedule, moe))
+
+
+@functools.lru_cache(maxsize=65536)
+def _op_rows(kind: str, layers: int, ops: tuple, dev: DeviceSpec) -> tuple[tuple[object, tuple[OpRow, ...]], ...]:
+    """Per operator of a layer kind: the operator and its rows when it runs alone (a choice: the fastest
+    option's). Made once per layer and device instead of once per operator and evaluation (a search evaluates
+    the same layers on the same device many times)."""
+    out = []
+    for op in ops:
+        label, timings = _choose(op, dev) if isinstance(op, Choice) else ("", (time_op(op, dev),))
+        out.append((op, tuple(OpRow(kind, layers * op.count, t, label) for t in timings)))
+    return tuple(out)
 
 
 def _choose(op: Choice, dev: DeviceSpec) -> tuple[str, list[OpTiming]]:
@@ -185,12 +205,9 @@ def _stage_rows(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: 
     share_f = device_share(model, scenario, s.ffn, s.pp, stage)
     rows: list[Row] = []
     for layer in build_workload(model, scenario, s.attention, s.ffn, s.pp, stage):
-        comms: list[distributed.CommOp] = []
+        comms = ()
         if layer.kind in ("dense", "moe"):
-            moe = layer.kind == "moe"
-            comms = (distributed.attention_comms(model, scenario, s, share_a)
-                     + distributed.ffn_comms(model, scenario, s, share_a, share_f, moe)
-                     + distributed.fsdp_comms(model, scenario, s, moe))
+            comms = _layer_comms(model, scenario, s, share_a, share_f, layer.kind == "moe")
         rows.extend(_layer_rows(layer.kind, layer.layers, layer.ops, comms, point, dev, layout, topology))
     if topology is not None:
         for comm in distributed.stage_comms(model, scenario, s, share_a):

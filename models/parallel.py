@@ -167,9 +167,11 @@ class Strategy:
         return ModuleParallel(tp=self.tp, ep=self.ep, sp=self.sp, cp=self.cp, dp=self.dp)
 
     def to_schedule(self) -> Schedule:
-        """The equivalent :class:`Schedule` (attention = ffn; microbatches and collectives left to tuning)."""
-        module = self.module()
-        return Schedule(attention=module, ffn=module, pp=self.pp, fsdp=self.fsdp)
+        """The equivalent :class:`Schedule` (attention = ffn; microbatches and collectives left to tuning).
+
+        One shared object per strategy: a sweep evaluates each strategy on many hardware points, and memo
+        lookups keyed on the same object compare by identity instead of field by field."""
+        return _schedule_of(self)
 
     @classmethod
     def from_schedule(cls, schedule: Schedule) -> Strategy:
@@ -182,6 +184,12 @@ class Strategy:
             raise UserInputError(f"schedule {schedule}: attention and ffn differ, so it is not a flat strategy")
         m = schedule.attention
         return cls(m.tp, m.ep, m.sp, m.cp, m.dp, schedule.pp, schedule.fsdp)
+
+
+@functools.lru_cache(maxsize=65536)
+def _schedule_of(strategy: Strategy) -> Schedule:
+    module = strategy.module()
+    return Schedule(attention=module, ffn=module, pp=strategy.pp, fsdp=strategy.fsdp)
 
 
 @functools.lru_cache(maxsize=_FACTORIZATION_CACHE)

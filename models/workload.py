@@ -127,6 +127,9 @@ Op = Gemm | Attention | Vector | Choice
 class DeviceShare:
     """What one device computes: tokens of its linear layers, requests and context of its attention."""
 
+    __hash__ = cached_hash
+    __getstate__ = state_without_hash
+
     tokens: int  # tokens through the linear layers per forward
     requests: int  # requests whose attention this device computes
     q_len: int

@@ -76,3 +76,20 @@ def test_cached_hashes_never_cross_a_process_boundary():
     hash(groups)
     copy = pickle.loads(pickle.dumps(groups))
     assert copy == groups and "_hash" not in copy.__dict__ and hash(copy) == hash(((0, 1), (2, 3)))
+
+
+def test_ranked_collective_times_equal_the_full_runs():
+    """"auto" ranks algorithms from per-step times without per-link sums; each equals the full run's time."""
+    from deepstack.models import collectives, network
+
+    topology = network.NetworkTopology.from_schema(catalog.load("nocs", "tms1"))
+    for op, groups in (("all_reduce", network.device_groups([("tp", 4), ("dp", 64)], "tp")),
+                       ("all_reduce", network.device_groups([("tp", 4), ("dp", 64)], "dp")),
+                       ("all_gather", network.device_groups([("dp", 8), ("tp", 32)], "tp")),
+                       ("all_to_all", network.device_groups([("ep", 32), ("dp", 8)], "ep"))):
+        clear_caches()
+        auto = collectives.collective_time(op, 3.0e6, groups, topology)
+        assert len(auto.candidates) >= (1 if op == "all_to_all" else 2)  # auto skips pairwise all-to-all
+        for algorithm, time_s in auto.candidates:
+            assert collectives.collective_time(op, 3.0e6, groups, topology, algorithm).time_s == time_s, algorithm
+        assert auto.time_s == min(time for _, time in auto.candidates)

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from deepstack.errors import UserInputError
-from deepstack.schema.base import Frozen
+from deepstack.schema.base import _HASH_KEY, Frozen
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 Algorithm = Literal[
@@ -81,8 +81,12 @@ class Schedule(Frozen):
 
     def __hash__(self) -> int:
         # the collectives table is a dict; hash its items so schedules (and design points) can key memos
-        return hash((self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
-                     tuple(sorted(self.collectives.items()))))
+        state = self.__dict__
+        value = state.get(_HASH_KEY)
+        if value is None:
+            value = state[_HASH_KEY] = hash((self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
+                                             tuple(sorted(self.collectives.items()))))
+        return value
 
     @property
     def is_per_module(self) -> bool:
