@@ -44,26 +44,43 @@ class DesignPoint:
 
 # --- rows of a forward pass: an operator, a collective, or a GEMM overlapped with its collective (eq. 5) ---
 
+class _Timed:
+    """A row's time at the nominal clock, and count × it, are kept at construction: a search sums them over
+    every row of every stage several times per design point (DVFS re-times rows at other clocks)."""
+
+    def __post_init__(self) -> None:
+        nominal = self._time(1.0)
+        object.__setattr__(self, "nominal_s", nominal)
+        object.__setattr__(self, "weighted_s", self.count * nominal)
+
+    def time_at(self, scale: float) -> float:
+        return self.nominal_s if scale == 1.0 else self._time(scale)
+
+
 @dataclass(frozen=True)
-class OpRow:
+class OpRow(_Timed):
     layer: str
     count: int
     timing: OpTiming
     choice: str = ""
+    nominal_s: float = field(init=False, repr=False, compare=False)
+    weighted_s: float = field(init=False, repr=False, compare=False)
 
-    def time_at(self, scale: float) -> float:
+    def _time(self, scale: float) -> float:
         return self.timing.time_at(scale)
 
 
 @dataclass(frozen=True)
-class CommRow:
+class CommRow(_Timed):
     layer: str
     count: int
     name: str
     result: CollectiveResult
     hidden_behind_s: float = 0.0  # compute it is prefetched behind (FSDP)
+    nominal_s: float = field(init=False, repr=False, compare=False)
+    weighted_s: float = field(init=False, repr=False, compare=False)
 
-    def time_at(self, scale: float) -> float:
+    def _time(self, scale: float) -> float:
         r = self.result
         if not self.hidden_behind_s:
             return r.time_s
@@ -72,14 +89,16 @@ class CommRow:
 
 
 @dataclass(frozen=True)
-class OverlapRow:
+class OverlapRow(_Timed):
     layer: str
     count: int
     timing: OpTiming
     name: str
     result: CollectiveResult
+    nominal_s: float = field(init=False, repr=False, compare=False)
+    weighted_s: float = field(init=False, repr=False, compare=False)
 
-    def time_at(self, scale: float) -> float:
+    def _time(self, scale: float) -> float:
         r = self.result
         return overlap_time_s(self.timing.waves, self.timing.time_at(scale), r.time_s - r.latency_s, r.latency_s)
 
@@ -101,6 +120,8 @@ class PhaseResult:
     stage: int = 0
 
     def stage_time_at(self, scale: float) -> float:
+        if scale == 1.0:
+            return sum(r.weighted_s for r in self.rows)
         return sum(r.count * r.time_at(scale) for r in self.rows)
 
     def time_at(self, scale: float) -> float:
@@ -146,11 +167,13 @@ def _layer_rows(kind: str, layers: int, ops, comms: tuple[distributed.CommOp, ..
             used.add(comm.name)
         else:
             rows.extend(op_rows)
-    compute_s = sum(r.count * r.time_at(1.0) for r in rows) / max(layers, 1)
+    computing = len(rows)
     for name, (comm, result) in timed_comms.items():
         if name in used:
             continue
-        hidden = compute_s if comm.name == "fsdp_weight_gather" else 0.0
+        # FSDP prefetches the next layer's weights behind this layer's compute
+        hidden = (sum(r.weighted_s for r in rows[:computing]) / max(layers, 1)
+                  if comm.name == "fsdp_weight_gather" else 0.0)
         rows.append(CommRow(kind, layers, comm.name, result, hidden))
     return rows
 
@@ -295,7 +318,7 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
         worst: tuple[float, int, list[Row]] | None = None
         for stage in stages:
             rows = _stage_rows(point, dev, micro, stage, layout, topology)
-            t = sum(r.count * r.time_at(1.0) for r in rows)
+            t = sum(r.weighted_s for r in rows)
             if worst is None or t > worst[0]:
                 worst = (t, stage, rows)
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1

@@ -182,6 +182,13 @@ class ChunkLog:
             fh.write(f"{tier}-{index:05d}\n")
 
 
+def _fork_context():
+    """Fork where the platform has it (workers inherit the parent's warm caches), else the default."""
+    import multiprocessing
+
+    return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+
+
 def chunk_points(tasks: int) -> int:
     """Hardware points per chunk of a tier: a pure function of the tier's size (never of the worker count), so
     a resumed sweep cuts its tiers exactly as the interrupted one did."""
@@ -212,8 +219,11 @@ def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, dask_ru
             for index in todo:
                 done(index, evaluate_chunk(chunks[index]))
         else:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
-                futures = {pool.submit(evaluate_chunk, chunks[i]): i for i in todo}
+            # The first chunk runs here before the workers fork: they start with its routing plans, operator
+            # tunings and schedules in their caches instead of each building the same ones again.
+            done(todo[0], evaluate_chunk(chunks[todo[0]]))
+            with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
+                futures = {pool.submit(evaluate_chunk, chunks[i]): i for i in todo[1:]}
                 for future in as_completed(futures):
                     done(futures[future], future.result())
     return [row for index in range(len(chunks)) for row in results[index]]
