@@ -298,7 +298,7 @@ def search_point(task: PointTask) -> PointResult:
         for choice in task.collectives:
             sched = schedule.model_copy(update={"collectives": dict(FIXED_COLLECTIVES) if choice == "fixed" else {}})
             design = replace(base, schedule=sched)
-            report = evaluate(design, with_ttft=False)
+            report = evaluate(design, with_ttft=False, breakdown=task.serialise)  # retime reads it
             result.candidates.append(Candidate(
                 hardware=hw, schedule=str(sched), collectives=choice, per_module=per_module,
                 restricted=restricted, feasible=report.feasible, violations="; ".join(report.violations),
