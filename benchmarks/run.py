@@ -118,22 +118,26 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
 
 
 def _optuna_overhead() -> dict[str, float]:
+    """Per trial of an Optuna study on SQLite: the whole trial (sampling, CP-SAT repair, evaluation, storage
+    writes) against the repair + evaluation it contains (recorded by the objective as ``evaluation_s``)."""
+    import optuna
+
     from deepstack.search.optimize import optimize
     from deepstack.search.space import load_space, scenarios
 
     scenario = scenarios(load_space("small"))[0]
     with tempfile.TemporaryDirectory() as folder:
+        storage = f"sqlite:///{folder}/bench.db"
         started = time.perf_counter()
-        optimize(objectives=["stps", "tokens_per_joule"], space="small", scenario=scenario, trials=30,
-                 study="bench", storage=f"sqlite:///{folder}/bench.db", seed=1, out=folder)
-        per_trial = (time.perf_counter() - started) / 30
-    evaluations = []
-    for _ in range(5):
-        start = time.perf_counter()
-        evaluate(design_point(), with_ttft=False)
-        evaluations.append(time.perf_counter() - start)
-    return {"optuna trial, SQLite, incl. evaluation (ms)": 1e3 * per_trial,
-            "memoised evaluation for comparison (ms)": 1e3 * float(np.median(evaluations))}
+        optimize(objectives=["stps", "tokens_per_joule"], space="small", scenario=scenario, trials=40,
+                 study="bench", storage=storage, seed=1, out=folder)
+        per_trial_wall = (time.perf_counter() - started) / 40
+        trials = optuna.load_study(study_name="bench", storage=storage).get_trials(deepcopy=False)
+    durations = [t.duration.total_seconds() for t in trials if t.duration is not None]
+    evaluations = [t.user_attrs["evaluation_s"] for t in trials if "evaluation_s" in t.user_attrs]
+    return {"optuna trial, SQLite, wall incl. study setup (ms)": 1e3 * per_trial_wall,
+            "optuna trial duration (ms)": 1e3 * statistics.median(durations),
+            "  of which repair + evaluation (ms)": 1e3 * statistics.median(evaluations)}
 
 
 if __name__ == "__main__":
