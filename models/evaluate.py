@@ -119,9 +119,14 @@ class PhaseResult:
     microbatches: int = 1
     stage: int = 0
 
+    @functools.cached_property
+    def nominal_stage_s(self) -> float:
+        """The stage time at the nominal clock (summed once: the search compares phases by it repeatedly)."""
+        return sum(r.weighted_s for r in self.rows)
+
     def stage_time_at(self, scale: float) -> float:
         if scale == 1.0:
-            return sum(r.weighted_s for r in self.rows)
+            return self.nominal_stage_s
         return sum(r.count * r.time_at(scale) for r in self.rows)
 
     def time_at(self, scale: float) -> float:
@@ -159,14 +164,14 @@ def _layer_rows(kind: str, layers: int, ops, comms: tuple[distributed.CommOp, ..
             partner[target] = (comm, result)
     rows: list[Row] = []
     used = set()
-    for op, op_rows in _op_rows(kind, layers, ops, dev):
-        if op.name in partner and isinstance(op, Gemm):
-            comm, result = partner[op.name]
-            timing = tune_gemm_overlapped(op, dev, result.time_s - result.latency_s, result.latency_s)
-            rows.append(OverlapRow(kind, layers * op.count, timing, comm.name, result))
-            used.add(comm.name)
-        else:
-            rows.extend(op_rows)
+    for segment in _segments(kind, layers, ops, dev, frozenset(partner)):
+        if isinstance(segment, tuple):
+            rows.extend(segment)
+            continue
+        comm, result = partner[segment.name]
+        timing = tune_gemm_overlapped(segment, dev, result.time_s - result.latency_s, result.latency_s)
+        rows.append(OverlapRow(kind, layers * segment.count, timing, comm.name, result))
+        used.add(comm.name)
     computing = len(rows)
     for name, (comm, result) in timed_comms.items():
         if name in used:
@@ -195,6 +200,24 @@ def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f
     return tuple(distributed.attention_comms(model, scenario, schedule, share_a)
                  + distributed.ffn_comms(model, scenario, schedule, share_a, share_f, moe)
                  + distributed.fsdp_comms(model, scenario, schedule, moe))
+
+
+@functools.lru_cache(maxsize=65536)
+def _segments(kind: str, layers: int, ops: tuple, dev: DeviceSpec, partnered: frozenset) -> tuple:
+    """A layer's operator rows in order: runs of rows that run alone (tuples), separated by the GEMMs that
+    overlap a collective (``partnered`` names them; their rows depend on the collective's time)."""
+    out, run = [], []
+    for op, op_rows in _op_rows(kind, layers, ops, dev):
+        if op.name in partnered and isinstance(op, Gemm):
+            if run:
+                out.append(tuple(run))
+                run = []
+            out.append(op)
+        else:
+            run.extend(op_rows)
+    if run:
+        out.append(tuple(run))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -315,14 +338,12 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     _prepare(tuple(micros), s.attention, s.ffn, s.pp, tuple(stages), dev)
     best: PhaseResult | None = None
     for m, micro in zip(_microbatch_options(scenario, s), micros, strict=True):
-        worst: tuple[float, int, list[Row]] | None = None
-        for stage in stages:
-            rows = _stage_rows(point, dev, micro, stage, layout, topology)
-            t = sum(r.weighted_s for r in rows)
-            if worst is None or t > worst[0]:
-                worst = (t, stage, rows)
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1
-        candidate = PhaseResult(worst[2], multiplier, m, worst[1])
+        candidate: PhaseResult | None = None  # the bottleneck stage
+        for stage in stages:
+            phase = PhaseResult(_stage_rows(point, dev, micro, stage, layout, topology), multiplier, m, stage)
+            if candidate is None or phase.nominal_stage_s > candidate.nominal_stage_s:
+                candidate = phase
         if best is None or candidate.time_at(1.0) < best.time_at(1.0):
             best = candidate
     return best
