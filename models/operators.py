@@ -212,7 +212,8 @@ def _stream_time_array(dram: dram_model.DramSpec, total_B: np.ndarray, segment_B
 
 
 class _CandidateMemo(dict):
-    """(GEMM, device, swizzle) → :class:`_Candidates`; filled a batch of GEMMs at a time."""
+    """(GEMM, device, swizzle) → :class:`_Candidates` (or the message saying no tiling fits); filled a batch of
+    GEMMs at a time."""
 
     MAX_ENTRIES = 65536
 
@@ -229,8 +230,8 @@ def _candidates(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> _Candidates:
     if found is None:
         prepare_gemms([g], dev, swizzle)
         found = _CANDIDATES[key]
-    if isinstance(found, NoTilingError):
-        raise found
+    if isinstance(found, str):  # no tiling fits: the memo keeps the message, each caller gets a fresh error
+        raise NoTilingError(found)
     return found
 
 
@@ -249,8 +250,7 @@ def prepare_gemms(gemms, dev: DeviceSpec, swizzle: bool = True) -> None:
     found = np.bincount(c["gemm"], minlength=len(todo))
     for index in np.flatnonzero(found == 0):  # remembered as such: the caller may have another option
         g = todo[index]
-        _CANDIDATES[(g, dev, swizzle)] = NoTilingError(
-            f"{g.name}: no tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
+        _CANDIDATES[(g, dev, swizzle)] = f"{g.name}: no tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)"
     todo = [g for g, count in zip(todo, found, strict=True) if count]
     if not todo:
         return
