@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import gc
 import hashlib
 import itertools
 import json
@@ -143,8 +144,15 @@ class SweepResult:
     tiers: list[dict]
 
 
+# Young-generation garbage collections every 50,000 allocations instead of Python's 700: the evaluator creates
+# many short-lived rows but almost no reference cycles, and each collection walks the memo tables' objects
+# (measured: ~10 % of a sweep's time at the default threshold).
+GC_GEN0_THRESHOLD = 50_000
+
+
 def evaluate_chunk(tasks: list[SweepTask]) -> list[dict]:
     """One chunk of hardware points (the unit a backend schedules, records and resumes)."""
+    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
     return [row for task in tasks for row in evaluate_hardware(task)]
 
 
