@@ -164,6 +164,7 @@ def stage_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: Devic
     return out
 
 
+@functools.lru_cache(maxsize=16384)
 def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
     """Order each module's dimensions by their traffic (heaviest innermost), stages outermost."""
     a, f = schedule.attention, schedule.ffn
