@@ -502,49 +502,69 @@ def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopo
     return _execute(op, algorithm, S, groups, topology, overhead_s)
 
 
-@functools.lru_cache(maxsize=8192)
-def _step_times(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopology,
-                overhead_s: float) -> tuple[tuple[int, float], ...]:
-    """(count, time of one step) of every step the algorithm runs, in order — what its time is made of, the same
-    figures its full :class:`_Run` holds, but without summing the bytes of every link (cheap enough to rank
-    every algorithm and build the full run of the winner only)."""
-    if algorithm == "hierarchical":
-        inner_groups, rails, a = _hierarchy(groups, topology)
-        return (_best_steps("reduce_scatter", S, inner_groups, topology, overhead_s)
-                + _best_steps("all_reduce", S / a, rails, topology, overhead_s)
-                + _best_steps("all_gather", S / a, inner_groups, topology, overhead_s))
-    plan = _plan(op, algorithm, groups, topology.structure)
-    latency, congestion = _latency_congestion(plan, S, topology)
-    if algorithm == "double_tree":
-        k = int(np.argmin(plan.counts * (latency + congestion + overhead_s)))  # as _double_tree chooses
-        return ((int(plan.counts[k]), float(latency[k] + congestion[k] + overhead_s)),)
-    return tuple((int(c), float(lat + cong + overhead_s)) for c, lat, cong in zip(plan.counts, latency, congestion,
+@functools.lru_cache(maxsize=4096)
+def _joint_plan(op: str, algorithms: tuple[str, ...], groups: tuple, structure) -> tuple[_Plan, tuple[int, ...]]:
+    """The plans of several algorithms of one collective as one plan (steps concatenated, in order), so their
+    step times come out of one vectorised pass; and where each algorithm's steps start (plus the end)."""
+    plans = [_plan(op, algorithm, groups, structure) for algorithm in algorithms]
+    starts = np.cumsum([0] + [len(plan.counts) for plan in plans])
+    cells = np.cumsum([0] + [len(plan.cell_payload) for plan in plans])
+    rows = np.cumsum([0] + [len(plan.hop_rows) for plan in plans])
+    joint = _Plan(
+        tuple(phase for plan in plans for phase in plan.phases),
+        np.concatenate([plan.counts for plan in plans]),
+        np.concatenate([plan.cell_starts + offset for plan, offset in zip(plans, cells, strict=False)]),
+        np.concatenate([plan.cell_payload for plan in plans]),
+        tuple(np.vstack(level) for level in zip(*(plan.link_counts for plan in plans), strict=True)),
+        np.vstack([plan.hop_rows for plan in plans]),
+        np.concatenate([plan.hop_starts + offset for plan, offset in zip(plans, rows, strict=False)]),
+        tuple(np.concatenate(level) for level in zip(*(plan.cell_peaks for plan in plans), strict=True)),
+    )
+    return joint, tuple(int(k) for k in starts)
+
+
+def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float) -> tuple[tuple[int, float], ...]:
+    """(count, time of one step) of an algorithm's steps from eq. 4's per-step latency and congestion."""
+    if algorithm == "double_tree":  # one steady-state step per chunk count: the fastest is run (fewest on ties)
+        k = int(np.argmin(counts * (latency + congestion + overhead_s)))
+        return ((int(counts[k]), float(latency[k] + congestion[k] + overhead_s)),)
+    return tuple((int(c), float(lat + cong + overhead_s)) for c, lat, cong in zip(counts, latency, congestion,
                                                                                  strict=True))
 
 
 @functools.lru_cache(maxsize=8192)
 def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
-    """The fastest applicable algorithm (first listed wins ties) and (algorithm, time) of every applicable one.
+    """The fastest applicable algorithm (first listed wins ties), (algorithm, time) of every applicable one,
+    and the winner's steps as (count, time of one step) — the same figures its full :class:`_Run` holds,
+    obtained without summing the bytes of every link.
 
     Pairwise all-to-all is skipped: its p−1 steps partition the direct algorithm's flows, so under eq. 4 each
     link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
     instead of one — it can never be faster than direct here, and it is the costliest to route.
     """
-    times = [
-        (algorithm, sum(count * time for count, time in _step_times(op, algorithm, S, groups, topology, overhead_s)))
-        for algorithm in ALGORITHMS[op]
-        if _unavailable(op, algorithm, groups, topology) is None and (op, algorithm) != ("all_to_all", "pairwise")
-    ]
-    return min(times, key=lambda item: item[1])[0], tuple(times)
-
-
-def _best_steps(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
-    return _step_times(op, _ranked(op, S, groups, topology, overhead_s)[0], S, groups, topology, overhead_s)
+    usable = [algorithm for algorithm in ALGORITHMS[op] if _unavailable(op, algorithm, groups, topology) is None
+              and (op, algorithm) != ("all_to_all", "pairwise")]
+    flat = tuple(algorithm for algorithm in usable if algorithm != "hierarchical")
+    steps: dict[str, tuple[tuple[int, float], ...]] = {}
+    if flat:
+        joint, starts = _joint_plan(op, flat, groups, topology.structure)
+        latency, congestion = _latency_congestion(joint, S, topology)
+        for algorithm, first, end in zip(flat, starts, starts[1:], strict=False):
+            part = slice(first, end)
+            steps[algorithm] = _steps_of(algorithm, joint.counts[part], latency[part], congestion[part], overhead_s)
+    if "hierarchical" in usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
+        inner_groups, rails, a = _hierarchy(groups, topology)
+        steps["hierarchical"] = (_ranked("reduce_scatter", S, inner_groups, topology, overhead_s)[2]
+                                 + _ranked("all_reduce", S / a, rails, topology, overhead_s)[2]
+                                 + _ranked("all_gather", S / a, inner_groups, topology, overhead_s)[2])
+    times = [(algorithm, sum(count * time for count, time in steps[algorithm])) for algorithm in usable]
+    best = min(times, key=lambda item: item[1])[0]
+    return best, tuple(times), steps[best]
 
 
 def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
     """The full run of the fastest applicable algorithm and the time of every applicable one."""
-    best, candidates = _ranked(op, S, groups, topology, overhead_s)
+    best, candidates, _ = _ranked(op, S, groups, topology, overhead_s)
     return _run(op, best, S, groups, topology, overhead_s), candidates
 
 
