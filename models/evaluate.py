@@ -14,9 +14,10 @@ from deepstack.models import dram as dram_model
 from deepstack.models import power as power_model
 from deepstack.models.collectives import CollectiveResult
 from deepstack.models.device import DeviceSpec, resolve_device
+from deepstack.models.hashing import HashedTuple
 from deepstack.models.operators import OpTiming, overlap_time_s, prepare_gemms, time_op, tune_gemm_overlapped
 from deepstack.models.parallel import MEMORY_RESERVE, memory_footprint, representative_stages
-from deepstack.models.workload import Choice, Gemm, build_workload, device_share
+from deepstack.models.workload import Choice, Gemm, LayerOps, build_workload, device_share
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 GiB = 1024**3
@@ -152,7 +153,7 @@ class PhaseResult:
         return core * scale**2 * m, dram * m, noc * m
 
 
-def _layer_rows(kind: str, layers: int, ops, comms: tuple[distributed.CommOp, ...], point: DesignPoint,
+def _layer_rows(layer: LayerOps, comms: tuple[distributed.CommOp, ...], point: DesignPoint,
                 dev: DeviceSpec, layout, topology) -> list[Row]:
     """Time one layer kind's operators and collectives, overlapping each collective with the GEMM it feeds
     or is fed by when that GEMM is in the layer."""
@@ -164,7 +165,8 @@ def _layer_rows(kind: str, layers: int, ops, comms: tuple[distributed.CommOp, ..
             partner[target] = (comm, result)
     rows: list[Row] = []
     used = set()
-    for segment in _segments(kind, layers, ops, dev, frozenset(partner)):
+    kind, layers = layer.kind, layer.layers
+    for segment in _segments(layer, dev, frozenset(partner)):
         if isinstance(segment, tuple):
             rows.extend(segment)
             continue
@@ -197,17 +199,17 @@ def _timed_comms(comms: tuple, layout, topology, schedule: Schedule) -> tuple:
 @functools.lru_cache(maxsize=65536)
 def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f, moe: bool) -> tuple:
     """The collectives of one dense or MoE layer (memoised: the same objects for every evaluation of it)."""
-    return tuple(distributed.attention_comms(model, scenario, schedule, share_a)
+    return HashedTuple(distributed.attention_comms(model, scenario, schedule, share_a)
                  + distributed.ffn_comms(model, scenario, schedule, share_a, share_f, moe)
                  + distributed.fsdp_comms(model, scenario, schedule, moe))
 
 
 @functools.lru_cache(maxsize=65536)
-def _segments(kind: str, layers: int, ops: tuple, dev: DeviceSpec, partnered: frozenset) -> tuple:
+def _segments(layer: LayerOps, dev: DeviceSpec, partnered: frozenset) -> tuple:
     """A layer's operator rows in order: runs of rows that run alone (tuples), separated by the GEMMs that
     overlap a collective (``partnered`` names them; their rows depend on the collective's time)."""
     out, run = [], []
-    for op, op_rows in _op_rows(kind, layers, ops, dev):
+    for op, op_rows in _op_rows(layer, dev):
         if op.name in partnered and isinstance(op, Gemm):
             if run:
                 out.append(tuple(run))
@@ -221,14 +223,14 @@ def _segments(kind: str, layers: int, ops: tuple, dev: DeviceSpec, partnered: fr
 
 
 @functools.lru_cache(maxsize=65536)
-def _op_rows(kind: str, layers: int, ops: tuple, dev: DeviceSpec) -> tuple[tuple[object, tuple[OpRow, ...]], ...]:
+def _op_rows(layer: LayerOps, dev: DeviceSpec) -> tuple[tuple[object, tuple[OpRow, ...]], ...]:
     """Per operator of a layer kind: the operator and its rows when it runs alone (a choice: the fastest
     option's). Made once per layer and device instead of once per operator and evaluation (a search evaluates
     the same layers on the same device many times)."""
     out = []
-    for op in ops:
+    for op in layer.ops:
         label, timings = _choose(op, dev) if isinstance(op, Choice) else ("", (time_op(op, dev),))
-        out.append((op, tuple(OpRow(kind, layers * op.count, t, label) for t in timings)))
+        out.append((op, tuple(OpRow(layer.kind, layer.layers * op.count, t, label) for t in timings)))
     return tuple(out)
 
 
@@ -254,7 +256,7 @@ def _stage_rows(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: 
         comms = ()
         if layer.kind in ("dense", "moe"):
             comms = _layer_comms(model, scenario, s, share_a, share_f, layer.kind == "moe")
-        rows.extend(_layer_rows(layer.kind, layer.layers, layer.ops, comms, point, dev, layout, topology))
+        rows.extend(_layer_rows(layer, comms, point, dev, layout, topology))
     if topology is not None:
         for comm in distributed.stage_comms(model, scenario, s, share_a):
             result = distributed.time_comm(comm, layout, topology, s)
