@@ -41,3 +41,14 @@ def test_memoised_and_cold_reports_are_identical(case):
     for other in SAMPLE:
         evaluate(_point(*other))
     assert json.dumps(evaluate(point).as_dict(), sort_keys=True) == cold
+
+
+@pytest.mark.parametrize("case", SAMPLE[:3], ids=[f"{c[0]}-{c[1]}-{c[3]}-{c[5]}" for c in SAMPLE[:3]])
+def test_a_search_evaluation_without_breakdown_has_the_same_metrics(case):
+    """Sweeps and the schedule search skip the per-operator breakdown; nothing else may change."""
+    point = _point(*case)
+    clear_caches()
+    full = evaluate(point).as_dict()
+    lean = evaluate(point, breakdown=False).as_dict()
+    assert lean["breakdown"] == {} and full["breakdown"]
+    assert {k: v for k, v in lean.items() if k != "breakdown"} == {k: v for k, v in full.items() if k != "breakdown"}

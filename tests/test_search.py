@@ -507,3 +507,12 @@ def test_dashboard_rejects_a_missing_database_and_a_bad_port(tmp_path, dashboard
 def test_dashboard_user_error_is_one_line(cli, tmp_path):
     assert_user_error(cli("dashboard", "--storage", f"sqlite:///{tmp_path / 'missing.db'}", "--port", "0"),
                       "no study database")
+
+
+def test_sweep_chunks_depend_on_the_tier_size_only():
+    """A resumed sweep must cut its tiers as the interrupted one did, whatever the worker count."""
+    from deepstack.search.sweep import CHUNK_POINTS, MIN_CHUNKS, chunk_points
+
+    assert chunk_points(1) == 1 and chunk_points(MIN_CHUNKS) == 1
+    assert chunk_points(MIN_CHUNKS + 1) == 2
+    assert chunk_points(10_000) == CHUNK_POINTS
