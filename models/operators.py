@@ -136,6 +136,20 @@ class _Candidates:
     grouped: np.ndarray  # rasterisation: True = grouped (square-ish waves), False = row order
     time_s: np.ndarray
     waves: np.ndarray
+    # what the timing record of a candidate is made of (kind 0: the full waves, kind 1: the last wave)
+    kind_count: np.ndarray  # (2, N) how many waves of each kind
+    kind_active: np.ndarray  # (2, N) tiles in a wave of each kind
+    kind_clocked_s: np.ndarray  # (2, N) compute, L1, L2 time of one wave
+    kind_dram_s: np.ndarray  # (2, N) DRAM time of one wave
+    kind_bound: np.ndarray  # (2, N) index into GEMM_BOUNDS of the slowest resource
+    dram_B: np.ndarray
+    tiles: np.ndarray
+    l2_tile_B: np.ndarray
+    l1_fill_B: np.ndarray
+    l1_read_B: np.ndarray
+
+
+GEMM_BOUNDS = ("matrix", "vector", "l1", "l2", "dram")  # in _time_gemm's order: the first of equals is named
 
 
 def _pow2_steps(minimum: np.ndarray, top: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -291,8 +305,10 @@ def prepare_gemms(gemms, dev: DeviceSpec, swizzle: bool = True) -> None:
     segment = np.minimum(k * a_bytes, dev.dram.row_B)
     total = np.zeros(rows_n)
     dram_total = np.zeros(rows_n)
-    for count, active in ((np.where(waves > 1, waves - 1, 0), np.full(rows_n, dev.pes)),
-                          (np.ones(rows_n, dtype=int), tiles - np.maximum(waves - 1, 0) * dev.pes)):
+    kinds = ((np.where(waves > 1, waves - 1, 0), np.full(rows_n, dev.pes)),
+             (np.ones(rows_n, dtype=int), tiles - np.maximum(waves - 1, 0) * dev.pes))
+    kind_clocked, kind_dram, kind_bound = [], [], []
+    for count, active in kinds:
         rows, cols = _wave_blocks_array(active, row_blocks, col_blocks, groups, grouped)
         b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
         a_B = np.where(a_res, 0.0, rows * tm * k_len * a_bytes)
@@ -319,15 +335,24 @@ def prepare_gemms(gemms, dev: DeviceSpec, swizzle: bool = True) -> None:
         l1_fill = active * dev.l1_bw_B_per_cycle * clock
         dram_s = np.where(wave_B > 0, np.maximum(bank_s, wave_B / np.minimum(np.minimum(
             dev.dram.peak_bw_Bps, little), l1_fill)), 0.0)
-        clocked = np.maximum(np.maximum(compute_s, l1_s), active * l2_tile / dev.l2_bw_Bps)
+        l2_s = active * l2_tile / dev.l2_bw_Bps
+        clocked = np.maximum(np.maximum(compute_s, l1_s), l2_s)
         total += count * np.maximum(clocked, dram_s)
         dram_total += count * wave_B
+        kind_clocked.append(clocked)
+        kind_dram.append(dram_s)
+        kind_bound.append(np.argmax(np.stack([compute_s, epi_vector / dev.vector_flops_per_cycle / clock, l1_s, l2_s,
+                                              dram_s]), axis=0))
     total += np.where(dram_total > 0, dev.dram.access_latency_s, 0.0)
+    per_kind = [np.stack([k[0] for k in kinds]), np.stack([k[1] for k in kinds]), np.stack(kind_clocked),
+                np.stack(kind_dram), np.stack(kind_bound)]
     bounds = np.flatnonzero(np.diff(gi, prepend=-1, append=len(todo)))
     for index, g in enumerate(todo):
         part = slice(bounds[index], bounds[index + 1])
-        _CANDIDATES[(g, dev, swizzle)] = _Candidates(tm[part], tn[part], tk[part], stages[part], split[part],
-                                                    grouped[part], total[part], waves[part])
+        _CANDIDATES[(g, dev, swizzle)] = _Candidates(
+            tm[part], tn[part], tk[part], stages[part], split[part], grouped[part], total[part], waves[part],
+            *(array[:, part] for array in per_kind), dram_total[part], tiles[part], l2_tile[part], fill[part],
+            read[part])
 
 
 def _operand_reads_array(tm, tn, mt: int, nt: int, wgmma: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -363,12 +388,35 @@ def _retime(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> 
                       "grouped" if c.grouped[i] else "row", swizzle, a_res, b_res, c_res)
 
 
+def _record(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> OpTiming:
+    """The timing record of candidate ``i`` from the tuner's arrays: the very figures :func:`_retime` computes
+    with the scalar model (tests check it), without timing the candidate again."""
+    waves = tuple(WaveTiming(int(c.kind_count[k, i]), float(c.kind_clocked_s[k, i]), float(c.kind_dram_s[k, i]),
+                             GEMM_BOUNDS[c.kind_bound[k, i]])
+                  for k in (0, 1) if c.kind_count[k, i] > 0 and c.kind_active[k, i] > 0)
+    dram_B = float(c.dram_B[i])
+    prologue = dev.dram.access_latency_s if dram_B > 0 else 0.0
+    time_s = prologue + sum(w.count * max(w.clocked_s, w.fixed_s) for w in waves)
+    tiles = int(c.tiles[i])
+    return OpTiming(
+        name=g.name, kind="gemm", time_s=time_s, bound=max(waves, key=lambda w: w.count * max(w.clocked_s,
+                                                                                           w.fixed_s)).bound,
+        matrix_flops=g.flops, vector_flops=g.groups * g.m * g.n * g.epilogue_vector_flops,
+        sfu_ops=g.groups * g.m * g.n * g.epilogue_sfu_ops, dram_B=dram_B, l2_B=tiles * float(c.l2_tile_B[i]),
+        l1_B=tiles * float(c.l1_fill_B[i] + c.l1_read_B[i]), l0_B=tiles * float(c.l1_read_B[i]),
+        waves=int(c.waves[i]),
+        config=f"tile {c.tm[i]}x{c.tn[i]}x{c.tk[i]}, {c.stages[i]} stages, split-K {c.split[i]}, "
+               f"{'grouped' if c.grouped[i] else 'row'} raster" + ("" if swizzle else ", unswizzled"),
+        wave_timings=waves, prologue_s=prologue,
+    )
+
+
 @functools.lru_cache(maxsize=65536)
 def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
     """The fastest tiling of a GEMM on ``dev`` (``swizzle=False`` forces the unswizzled layout, for studies
     and tests)."""
     c = _candidates(g, dev, swizzle)
-    return _retime(g, dev, c, int(np.argmin(c.time_s)), swizzle)
+    return _record(g, dev, c, int(np.argmin(c.time_s)), swizzle)
 
 
 def overlap_time_s(waves: int, total_comp_s: float, comm_bw_s: float, latency_s: float) -> float:
@@ -399,7 +447,7 @@ def tune_gemm_overlapped(g: Gemm, dev: DeviceSpec, comm_bw_s: float, latency_s: 
     steady = np.maximum((w - 1) * c.time_s / w, (w - 1) * comm_bw_s / w + latency_s)
     pipelined = c.time_s / w + comm_bw_s / w + latency_s + steady
     overlapped = np.where(c.waves <= 1, serial, np.minimum(serial, pipelined))
-    return _retime(g, dev, c, int(np.argmin(overlapped)), True)
+    return _record(g, dev, c, int(np.argmin(overlapped)), True)
 
 
 def _operand_reads(tm: int, tn: int, mt: int, nt: int, wgmma: bool) -> tuple[int, int]:

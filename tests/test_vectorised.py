@@ -45,12 +45,16 @@ def test_gemms_tuned_in_one_batch_equal_gemms_tuned_alone():
 
 
 def test_batched_gemm_candidates_equal_the_scalar_timing():
-    """Every candidate's vectorised time is the scalar model's time of the same tiling, to the last digit."""
+    """Every candidate's vectorised time and timing record are the scalar model's, to the last digit."""
     clear_caches()
-    for g in GEMMS:
-        c = operators._candidates(g, DEVICE)
-        for i in range(len(c.time_s)):
-            assert operators._retime(g, DEVICE, c, i, True).time_s == c.time_s[i], (g.name, i)
+    wgmma = resolve_device(catalog.load("chips", "wgmma"), 8, 3, catalog.load("nocs", "tms1"), None)
+    for device, swizzle in ((DEVICE, True), (wgmma, True), (DEVICE, False)):
+        for g in GEMMS:
+            c = operators._candidates(g, device, swizzle)
+            for i in range(len(c.time_s)):
+                scalar = operators._retime(g, device, c, i, swizzle)
+                assert scalar.time_s == c.time_s[i], (g.name, i)
+                assert operators._record(g, device, c, i, swizzle) == scalar, (g.name, i)
 
 
 def test_vectorised_attention_equals_the_scalar_timing():
