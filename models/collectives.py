@@ -293,6 +293,11 @@ class _Plan:
     hop_starts: np.ndarray  # (steps,) first row of each step
     cell_peaks: tuple[np.ndarray, ...]  # per level (cells,): flows on the busiest link of each cell
 
+    @property
+    def uniform(self) -> bool:
+        """Every step's flows carry one size (one cell per step)."""
+        return len(self.cell_payload) == len(self.counts)
+
 
 @functools.lru_cache(maxsize=4096)
 def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
@@ -377,7 +382,7 @@ def _latency_congestion(plan: _Plan, S: float, topology: NetworkTopology) -> tup
     """Eq. 4's latency and congestion of every step, without the bytes of every link: when each step's flows
     carry one size, the busiest link of a level is the one most flows cross (so its bytes are that count × the
     flow's wire bytes, exactly what the full sum gives)."""
-    if len(plan.cell_payload) != len(plan.counts):
+    if not plan.uniform:
         latency, congestion, _, _ = _timed_steps(plan, S, topology)
         return latency, congestion
     congestion = np.zeros(len(plan.counts))
@@ -544,14 +549,21 @@ def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhea
     """
     usable = [algorithm for algorithm in ALGORITHMS[op] if _unavailable(op, algorithm, groups, topology) is None
               and (op, algorithm) != ("all_to_all", "pairwise")]
-    flat = tuple(algorithm for algorithm in usable if algorithm != "hierarchical")
+    flat = [algorithm for algorithm in usable if algorithm != "hierarchical"]
+    plans = {algorithm: _plan(op, algorithm, groups, topology.structure) for algorithm in flat}
+    # plans whose steps each carry one flow size are timed together in one pass; the others one by one
+    uniform = tuple(algorithm for algorithm in flat if plans[algorithm].uniform)
     steps: dict[str, tuple[tuple[int, float], ...]] = {}
-    if flat:
-        joint, starts = _joint_plan(op, flat, groups, topology.structure)
+    if uniform:
+        joint, starts = _joint_plan(op, uniform, groups, topology.structure)
         latency, congestion = _latency_congestion(joint, S, topology)
-        for algorithm, first, end in zip(flat, starts, starts[1:], strict=False):
+        for algorithm, first, end in zip(uniform, starts, starts[1:], strict=False):
             part = slice(first, end)
             steps[algorithm] = _steps_of(algorithm, joint.counts[part], latency[part], congestion[part], overhead_s)
+    for algorithm in flat:
+        if algorithm not in steps:
+            latency, congestion = _latency_congestion(plans[algorithm], S, topology)
+            steps[algorithm] = _steps_of(algorithm, plans[algorithm].counts, latency, congestion, overhead_s)
     if "hierarchical" in usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
         inner_groups, rails, a = _hierarchy(groups, topology)
         steps["hierarchical"] = (_ranked("reduce_scatter", S, inner_groups, topology, overhead_s)[2]
