@@ -307,9 +307,15 @@ def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
     members = np.asarray(groups, dtype=np.int64)  # (groups, p)
     devices = math.prod(math.prod(dims) for _, dims in structure)
     disjoint = np.bincount(members.ravel(), minlength=devices).max() == 1
-    cell_src, cell_dst, cell_of, payload, cell_starts = [], [], [], [], []
+    # steps that repeat a traffic pattern with other sizes (the double tree's chunk counts, a ring's two
+    # phases) are routed once: cells are (pattern, multiplicity class); a step's cells scale its pattern's
+    patterns: dict[tuple[bytes, bytes], int] = {}
+    pattern_of = [patterns.setdefault((step.src.tobytes(), step.dst.tobytes()), len(patterns)) for step in steps]
+    representative = {index: step for step, index in zip(steps, pattern_of, strict=True)}
+    flow_src, flow_dst, flow_cell, classes_of, first_cell = [], [], [], [], []
     cells = 0
-    for step in steps:
+    for index in range(len(patterns)):
+        step = representative[index]
         if disjoint:  # device pairs repeat exactly as rank pairs do: count them in rank space (no sort)
             ranks = np.bincount(step.src * p + step.dst, minlength=p * p)
             rank_pairs = np.flatnonzero(ranks)
@@ -323,21 +329,27 @@ def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
             classes, class_of = multiplicity[:1], np.zeros(len(multiplicity), dtype=np.int64)
         else:
             classes, class_of = np.unique(multiplicity, return_inverse=True)
-        cell_starts.append(cells)
-        cell_src.append(src)
-        cell_dst.append(dst)
-        cell_of.append(cells + class_of)
-        payload.append(classes * float(step.nbytes[0]))
+        first_cell.append(cells)
+        flow_src.append(src)
+        flow_dst.append(dst)
+        flow_cell.append(cells + class_of)
+        classes_of.append(classes)
         cells += len(classes)
-    cell = np.concatenate(cell_of)
-    link_counts, hops = flow_link_counts(structure, np.concatenate(cell_src), np.concatenate(cell_dst), cell, cells)
-    step_of_cell = np.repeat(np.arange(len(steps)), np.diff([*cell_starts, cells]))
-    hop_rows, hop_starts = _distinct_hops(hops, step_of_cell[cell], len(steps))
-    plan = _Plan(tuple(step.phase for step in steps), np.array([step.count for step in steps]),
-                 np.array(cell_starts), np.concatenate(payload),
-                 tuple(counts.astype(float) for counts in link_counts), hop_rows, hop_starts,
-                 tuple(counts.max(axis=1).astype(float) if counts.shape[1] else np.zeros(cells)
-                       for counts in link_counts))
+    cell = np.concatenate(flow_cell)
+    counts, hops = flow_link_counts(structure, np.concatenate(flow_src), np.concatenate(flow_dst), cell, cells)
+    pattern_of_cell = np.repeat(np.arange(len(patterns)), [len(c) for c in classes_of])
+    rows, row_starts = _distinct_hops(hops, pattern_of_cell[cell], len(patterns))
+    row_ends = [*row_starts[1:], len(rows)]
+    step_cells = np.concatenate([first_cell[k] + np.arange(len(classes_of[k])) for k in pattern_of])
+    step_rows = [rows[row_starts[k]:row_ends[k]] for k in pattern_of]
+    cell_starts = np.cumsum([0] + [len(classes_of[k]) for k in pattern_of[:-1]])
+    plan = _Plan(tuple(step.phase for step in steps), np.array([step.count for step in steps]), cell_starts,
+                 np.concatenate([classes_of[k] * float(step.nbytes[0]) for step, k in zip(steps, pattern_of,
+                                                                                           strict=True)]),
+                 tuple(level[step_cells].astype(float) for level in counts), np.vstack(step_rows),
+                 np.cumsum([0] + [len(r) for r in step_rows[:-1]]),
+                 tuple((level.max(axis=1).astype(float) if level.shape[1] else np.zeros(cells))[step_cells]
+                       for level in counts))
     for array in (plan.counts, plan.cell_starts, plan.cell_payload, plan.hop_rows, plan.hop_starts, *plan.link_counts,
                   *plan.cell_peaks):
         array.flags.writeable = False
