@@ -227,13 +227,18 @@ def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, dask_ru
             for index in todo:
                 done(index, evaluate_chunk(chunks[index]))
         else:
-            # The first chunk runs here before the workers fork: they start with its routing plans, operator
-            # tunings and schedules in their caches instead of each building the same ones again.
-            done(todo[0], evaluate_chunk(chunks[todo[0]]))
-            with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
-                futures = {pool.submit(evaluate_chunk, chunks[i]): i for i in todo[1:]}
-                for future in as_completed(futures):
-                    done(futures[future], future.result())
+            # One hardware point is evaluated here before the workers fork: they start with its routing plans,
+            # operator tunings and schedules in their caches instead of each building the same ones again (the
+            # worker that gets that point finds it all memoised).
+            evaluate_chunk(chunks[todo[0]][:1])
+            gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
+            try:
+                with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
+                    futures = {pool.submit(evaluate_chunk, chunks[i]): i for i in todo}
+                    for future in as_completed(futures):
+                        done(futures[future], future.result())
+            finally:
+                gc.unfreeze()
     return [row for index in range(len(chunks)) for row in results[index]]
 
 
