@@ -178,7 +178,8 @@ def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, genera
         "`deepstack study run studies/<name>.toml`, then regenerate this page with `deepstack study report`._",
         "",
         f"{len(finished)} of {len(runs)} studies have a finished run. The tables below are each study's key "
-        "tables as its run recorded them; its `summary.md` says what they show.",
+        "tables as its run recorded them; its `summary.md` says what they show. Figures, summaries and data "
+        f"live in the run folders under `{root}`, which are not committed: run the studies to see them.",
         "",
         "| study | wall time | rows | quick? | finished (UTC) |",
         "|---|---|---|---|---|",
