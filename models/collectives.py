@@ -50,12 +50,12 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from deepstack.errors import UserInputError
-from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, flow_link_counts, level_loads
+from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, flow_link_counts, summarise_levels
 from deepstack.schema.schedule import ALGORITHMS_FOR
 
 ALGORITHMS: dict[str, tuple[str, ...]] = ALGORITHMS_FOR  # one table, shared with the schema's validation
@@ -102,7 +102,6 @@ class CollectiveResult:
     Attributes:
         op: the collective.
         algorithm: the algorithm used (picked by "auto", or the one asked for); "none" if nothing moves.
-        detail: algorithm parameters (double-tree chunks, hierarchical sub-algorithms).
         bytes_per_rank: per-rank input size, B.
         group_size: ranks per group (p).
         num_groups: concurrent groups.
@@ -110,15 +109,18 @@ class CollectiveResult:
         latency_s: the collective's zero-load latency L_net: Σ count × step latency (for eq. 5), s.
         congestion_s: Σ count × step congestion, s.
         overhead_s: Σ count × per-step overhead, s.
-        steps: per-step breakdown in execution order (identical consecutive steps merged, see ``count``).
-        max_link_bytes: bytes the busiest link carries over the whole collective, B.
-        level_utilization: per-level load over the whole collective (busy fractions relative to ``time_s``).
+        level_bytes: bytes each level's links carry over the whole collective (a flow counts once per link it
+            crosses), innermost level first, B.
         candidates: (algorithm, time_s) of every algorithm evaluated (all applicable ones under "auto").
+
+    The per-link detail — ``detail`` (double-tree chunks, hierarchical sub-algorithms), ``steps`` (per-step
+    breakdown in execution order, identical consecutive steps merged), ``max_link_bytes`` (bytes the busiest
+    link carries over the whole collective) and ``level_utilization`` (per-level load, busy fractions relative
+    to ``time_s``) — is worked out when first read: a search needs only the times and the bytes per level.
     """
 
     op: str
     algorithm: str
-    detail: str
     bytes_per_rank: float
     group_size: int
     num_groups: int
@@ -126,10 +128,32 @@ class CollectiveResult:
     latency_s: float
     congestion_s: float
     overhead_s: float
-    steps: tuple[StepResult, ...]
-    max_link_bytes: float
-    level_utilization: tuple[LevelLoad, ...]
+    level_bytes: tuple[float, ...]
     candidates: tuple[tuple[str, float], ...]
+    source: tuple = field(default=(), repr=False, compare=False)  # (topology, the _Run or _run's arguments)
+
+    @functools.cached_property
+    def full_run(self) -> _Run:
+        """The executed algorithm with the bytes of every link (built on first use)."""
+        _, run = self.source
+        return run if isinstance(run, _Run) else _run(*run)
+
+    @property
+    def detail(self) -> str:
+        return self.full_run.detail
+
+    @property
+    def steps(self) -> tuple[StepResult, ...]:
+        return self.full_run.steps
+
+    @property
+    def max_link_bytes(self) -> float:
+        return max((float(links.max()) for links in self.full_run.link_totals if links.size), default=0.0)
+
+    @functools.cached_property
+    def level_utilization(self) -> tuple[LevelLoad, ...]:
+        peaks = [float(links.max()) if links.size else 0.0 for links in self.full_run.link_totals]
+        return summarise_levels(self.source[0], peaks, self.level_bytes, self.time_s)
 
     @property
     def num_steps(self) -> int:
@@ -292,6 +316,8 @@ class _Plan:
     hop_rows: np.ndarray  # (rows × levels) distinct per-level hop counts of each step's flows
     hop_starts: np.ndarray  # (steps,) first row of each step
     cell_peaks: tuple[np.ndarray, ...]  # per level (cells,): flows on the busiest link of each cell
+    cell_sums: tuple[np.ndarray, ...]  # per level (cells,): link crossings of each cell's flows, summed
+    cell_step: np.ndarray  # (cells,) the step of each cell
 
     @property
     def uniform(self) -> bool:
@@ -349,9 +375,11 @@ def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
                  tuple(level[step_cells].astype(float) for level in counts), np.vstack(step_rows),
                  np.cumsum([0] + [len(r) for r in step_rows[:-1]]),
                  tuple((level.max(axis=1).astype(float) if level.shape[1] else np.zeros(cells))[step_cells]
-                       for level in counts))
+                       for level in counts),
+                 tuple(level.sum(axis=1).astype(float)[step_cells] for level in counts),
+                 np.repeat(np.arange(len(steps)), [len(classes_of[k]) for k in pattern_of]))
     for array in (plan.counts, plan.cell_starts, plan.cell_payload, plan.hop_rows, plan.hop_starts, *plan.link_counts,
-                  *plan.cell_peaks):
+                  *plan.cell_peaks, *plan.cell_sums, plan.cell_step):
         array.flags.writeable = False
     return plan
 
@@ -536,24 +564,37 @@ def _joint_plan(op: str, algorithms: tuple[str, ...], groups: tuple, structure) 
         np.vstack([plan.hop_rows for plan in plans]),
         np.concatenate([plan.hop_starts + offset for plan, offset in zip(plans, rows, strict=False)]),
         tuple(np.concatenate(level) for level in zip(*(plan.cell_peaks for plan in plans), strict=True)),
+        tuple(np.concatenate(level) for level in zip(*(plan.cell_sums for plan in plans), strict=True)),
+        np.concatenate([plan.cell_step + offset for plan, offset in zip(plans, starts, strict=False)]),
     )
     return joint, tuple(int(k) for k in starts)
 
 
-def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float) -> tuple[tuple[int, float], ...]:
-    """(count, time of one step) of an algorithm's steps from eq. 4's per-step latency and congestion."""
+def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float):
+    """(count, time, latency, congestion of one step) of an algorithm's steps from eq. 4's per-step latency and
+    congestion, and which of the plan's steps they are."""
     if algorithm == "double_tree":  # one steady-state step per chunk count: the fastest is run (fewest on ties)
         k = int(np.argmin(counts * (latency + congestion + overhead_s)))
-        return ((int(counts[k]), float(latency[k] + congestion[k] + overhead_s)),)
-    return tuple((int(c), float(lat + cong + overhead_s)) for c, lat, cong in zip(counts, latency, congestion,
-                                                                                 strict=True))
+        return ((int(counts[k]), float(latency[k] + congestion[k] + overhead_s), float(latency[k]),
+                 float(congestion[k])),), [k]
+    return tuple((int(c), float(lat + cong + overhead_s), float(lat), float(cong))
+                 for c, lat, cong in zip(counts, latency, congestion, strict=True)), list(range(len(counts)))
+
+
+def _plan_level_bytes(plan: _Plan, steps: list[int], S: float, topology: NetworkTopology) -> tuple[float, ...]:
+    """Bytes each level's links carry when ``steps`` of the plan run (each its count times) at size S."""
+    chosen = np.isin(plan.cell_step, steps)
+    weights = plan.counts[plan.cell_step[chosen]]
+    payload = plan.cell_payload[chosen] * S
+    return tuple(float(np.dot(weights * level.wire_bytes(payload), sums[chosen]))
+                 for level, sums in zip(topology.levels, plan.cell_sums, strict=True))
 
 
 @functools.lru_cache(maxsize=8192)
 def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
-    """The fastest applicable algorithm (first listed wins ties), (algorithm, time) of every applicable one,
-    and the winner's steps as (count, time of one step) — the same figures its full :class:`_Run` holds,
-    obtained without summing the bytes of every link.
+    """The fastest applicable algorithm (first listed wins ties); (algorithm, time) of every applicable one; the
+    winner's steps as (count, time, latency, congestion of one step) — the figures its full :class:`_Run`
+    holds — and the bytes it puts on each level, all without summing the bytes of every link.
 
     Pairwise all-to-all is skipped: its p−1 steps partition the direct algorithm's flows, so under eq. 4 each
     link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
@@ -565,30 +606,39 @@ def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhea
     plans = {algorithm: _plan(op, algorithm, groups, topology.structure) for algorithm in flat}
     # plans whose steps each carry one flow size are timed together in one pass; the others one by one
     uniform = tuple(algorithm for algorithm in flat if plans[algorithm].uniform)
-    steps: dict[str, tuple[tuple[int, float], ...]] = {}
+    steps: dict[str, tuple] = {}
+    chosen: dict[str, list[int]] = {}
     if uniform:
         joint, starts = _joint_plan(op, uniform, groups, topology.structure)
         latency, congestion = _latency_congestion(joint, S, topology)
         for algorithm, first, end in zip(uniform, starts, starts[1:], strict=False):
             part = slice(first, end)
-            steps[algorithm] = _steps_of(algorithm, joint.counts[part], latency[part], congestion[part], overhead_s)
+            steps[algorithm], chosen[algorithm] = _steps_of(algorithm, joint.counts[part], latency[part],
+                                                            congestion[part], overhead_s)
     for algorithm in flat:
         if algorithm not in steps:
             latency, congestion = _latency_congestion(plans[algorithm], S, topology)
-            steps[algorithm] = _steps_of(algorithm, plans[algorithm].counts, latency, congestion, overhead_s)
+            steps[algorithm], chosen[algorithm] = _steps_of(algorithm, plans[algorithm].counts, latency, congestion,
+                                                            overhead_s)
+    phases = []
     if "hierarchical" in usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
         inner_groups, rails, a = _hierarchy(groups, topology)
-        steps["hierarchical"] = (_ranked("reduce_scatter", S, inner_groups, topology, overhead_s)[2]
-                                 + _ranked("all_reduce", S / a, rails, topology, overhead_s)[2]
-                                 + _ranked("all_gather", S / a, inner_groups, topology, overhead_s)[2])
-    times = [(algorithm, sum(count * time for count, time in steps[algorithm])) for algorithm in usable]
+        phases = [_ranked("reduce_scatter", S, inner_groups, topology, overhead_s),
+                  _ranked("all_reduce", S / a, rails, topology, overhead_s),
+                  _ranked("all_gather", S / a, inner_groups, topology, overhead_s)]
+        steps["hierarchical"] = tuple(step for phase in phases for step in phase[2])
+    times = [(algorithm, sum(step[0] * step[1] for step in steps[algorithm])) for algorithm in usable]
     best = min(times, key=lambda item: item[1])[0]
-    return best, tuple(times), steps[best]
+    if best == "hierarchical":
+        level_bytes = tuple(sum(parts) for parts in zip(*(phase[3] for phase in phases), strict=True))
+    else:
+        level_bytes = _plan_level_bytes(plans[best], chosen[best], S, topology)
+    return best, tuple(times), steps[best], level_bytes
 
 
 def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
     """The full run of the fastest applicable algorithm and the time of every applicable one."""
-    best, candidates, _ = _ranked(op, S, groups, topology, overhead_s)
+    best, candidates, _, _ = _ranked(op, S, groups, topology, overhead_s)
     return _run(op, best, S, groups, topology, overhead_s), candidates
 
 
@@ -675,37 +725,40 @@ def _collective(
     if len(groups[0]) == 1 or S == 0:
         name = "none" if algorithm == "auto" else algorithm
         empty = tuple(np.zeros(n) for n in topology.level_links)
-        run = _Run(name, "no communication", (), empty)
-        return _result(op, S, groups, topology, run, (), overhead_s)
+        return _result_of_run(op, S, groups, topology, _Run(name, "no communication", (), empty), (), overhead_s)
     if algorithm == "auto":
-        run, candidates = _best(op, S, groups, topology, overhead_s)
-        return _result(op, S, groups, topology, run, candidates, overhead_s)
+        best, candidates, steps, level_bytes = _ranked(op, S, groups, topology, overhead_s)
+        return _result(op, S, groups, best, steps, level_bytes, candidates, overhead_s,
+                       (topology, (op, best, S, groups, topology, overhead_s)))
     reason = _unavailable(op, algorithm, groups, topology)
     if reason is not None:
         usable = [name for name in ALGORITHMS[op] if _unavailable(op, name, groups, topology) is None]
         raise CollectiveError(f"algorithm for {op}: {reason}; usable here: auto, {', '.join(usable)}")
     run = _run(op, algorithm, S, groups, topology, overhead_s)
-    return _result(op, S, groups, topology, run, ((algorithm, run.time_s),), overhead_s)
+    return _result_of_run(op, S, groups, topology, run, ((algorithm, run.time_s),), overhead_s)
 
 
-def _result(
-    op: str, S: float, groups: tuple, topology: NetworkTopology, run: _Run, candidates, overhead_s: float
-) -> CollectiveResult:
-    time = run.time_s
-    peak = max((float(links.max()) for links in run.link_totals if links.size), default=0.0)
+def _result_of_run(op: str, S: float, groups: tuple, topology: NetworkTopology, run: _Run, candidates,
+                   overhead_s: float) -> CollectiveResult:
+    steps = tuple((s.count, s.time_s, s.latency_s, s.congestion_s) for s in run.steps)
+    level_bytes = tuple(float(links.sum()) if links.size else 0.0 for links in run.link_totals)
+    return _result(op, S, groups, run.algorithm, steps, level_bytes, candidates, overhead_s, (topology, run))
+
+
+def _result(op: str, S: float, groups: tuple, algorithm: str, steps, level_bytes, candidates, overhead_s: float,
+            source: tuple) -> CollectiveResult:
+    """``steps`` are (count, time, latency, congestion of one step) in execution order."""
     return CollectiveResult(
         op=op,
-        algorithm=run.algorithm,
-        detail=run.detail,
+        algorithm=algorithm,
         bytes_per_rank=S,
         group_size=len(groups[0]),
         num_groups=len(groups),
-        time_s=time,
-        latency_s=sum(s.count * s.latency_s for s in run.steps),
-        congestion_s=sum(s.count * s.congestion_s for s in run.steps),
-        overhead_s=overhead_s * sum(s.count for s in run.steps),
-        steps=run.steps,
-        max_link_bytes=peak,
-        level_utilization=level_loads(topology, run.link_totals, time),
+        time_s=sum(count * time for count, time, _, _ in steps),
+        latency_s=sum(count * latency for count, _, latency, _ in steps),
+        congestion_s=sum(count * congestion for count, _, _, congestion in steps),
+        overhead_s=overhead_s * sum(count for count, _, _, _ in steps),
+        level_bytes=level_bytes,
         candidates=tuple(candidates),
+        source=source,
     )

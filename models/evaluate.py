@@ -147,8 +147,8 @@ class PhaseResult:
                                    + t.l2_B * coefficients.l2_J_per_B)
                 dram += r.count * t.dram_B * coefficients.dram_J_per_B
             if isinstance(r, CommRow | OverlapRow):
-                for load in r.result.level_utilization:
-                    noc += r.count * load.total_bytes * noc_J_per_B[load.level] / devices
+                for level, total_bytes in enumerate(r.result.level_bytes):
+                    noc += r.count * total_bytes * noc_J_per_B[level] / devices
         m = self.microbatches
         return core * scale**2 * m, dram * m, noc * m
 
@@ -551,8 +551,8 @@ def _breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float,
             dram_B += r.count * r.timing.dram_B * m
             l2_B += r.count * r.timing.l2_B * m
         if isinstance(r, CommRow | OverlapRow):
-            for load in r.result.level_utilization:
-                level_bytes[load.level] = level_bytes.get(load.level, 0.0) + r.count * load.total_bytes * m
+            for level, total_bytes in enumerate(r.result.level_bytes):
+                level_bytes[level] = level_bytes.get(level, 0.0) + r.count * total_bytes * m
     utilization = {
         "compute": flops / (dev.peak_matrix_flops * scale * time_s),
         "l2": l2_B / (dev.l2_bw_Bps * scale * time_s),

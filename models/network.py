@@ -452,10 +452,11 @@ def level_loads(topology: NetworkTopology, link_bytes: Sequence[np.ndarray], tim
     """
     peaks = [float(links.max()) if links.size else 0.0 for links in link_bytes]
     totals = [float(links.sum()) if links.size else 0.0 for links in link_bytes]
-    return _level_loads(topology, peaks, totals, time_s)
+    return summarise_levels(topology, peaks, totals, time_s)
 
 
-def _level_loads(topology: NetworkTopology, peaks, totals, time_s: float) -> tuple[LevelLoad, ...]:
+def summarise_levels(topology: NetworkTopology, peaks, totals, time_s: float) -> tuple[LevelLoad, ...]:
+    """Per-level loads from each level's busiest-link bytes and total bytes over an elapsed time."""
     loads = []
     for index, (level, n_links, peak, total) in enumerate(
         zip(topology.levels, topology.level_links, peaks, totals, strict=True)
@@ -559,7 +560,7 @@ def _finish(topology: NetworkTopology, link_bytes, latency_s: float, flows: int,
         totals = [float(links.sum()) if links.size else 0.0 for links in link_bytes]
     congestion = max(peak / level.link_bw_Bps for level, peak in zip(topology.levels, peaks, strict=True))
     time = latency_s + congestion
-    loads = _level_loads(topology, peaks, totals, time)
+    loads = summarise_levels(topology, peaks, totals, time)
     result = NetworkResult(time, latency_s, congestion, float(max(peaks)), flows, loads)
     return RoutedFlows(result, link_bytes)
 

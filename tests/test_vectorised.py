@@ -6,6 +6,7 @@ import math
 import pickle
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -97,3 +98,8 @@ def test_ranked_collective_times_equal_the_full_runs():
         for algorithm, time_s in auto.candidates:
             assert collectives.collective_time(op, 3.0e6, groups, topology, algorithm).time_s == time_s, algorithm
         assert auto.time_s == min(time for _, time in auto.candidates)
+        # the bytes per level come from per-step flow counts; the full run (built lazily) sums every link
+        explicit = collectives.collective_time(op, 3.0e6, groups, topology, auto.algorithm)
+        assert auto.level_bytes == pytest.approx(explicit.level_bytes, rel=1e-12)
+        assert auto.steps == explicit.steps and auto.latency_s == explicit.latency_s
+        assert [load.total_bytes for load in auto.level_utilization] == list(auto.level_bytes)
