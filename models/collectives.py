@@ -583,7 +583,12 @@ def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float):
 
 def _plan_level_bytes(plan: _Plan, steps: list[int], S: float, topology: NetworkTopology) -> tuple[float, ...]:
     """Bytes each level's links carry when ``steps`` of the plan run (each its count times) at size S."""
-    chosen = np.isin(plan.cell_step, steps)
+    if len(steps) == len(plan.counts):
+        chosen = slice(None)
+    else:
+        running = np.zeros(len(plan.counts), dtype=bool)
+        running[steps] = True
+        chosen = running[plan.cell_step]
     weights = plan.counts[plan.cell_step[chosen]]
     payload = plan.cell_payload[chosen] * S
     return tuple(float(np.dot(weights * level.wire_bytes(payload), sums[chosen]))
