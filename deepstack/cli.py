@@ -374,6 +374,9 @@ def _fail(message: str) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI and return the exit status (2 for any user error, with one line on stderr)."""
+    from deepstack.models import tune_gc
+
+    tune_gc()  # every command may evaluate many design points; forked workers inherit the setting
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="deepstack", standalone_mode=False)

@@ -26,6 +26,7 @@ import numpy as np
 import optuna
 
 from deepstack.errors import UserInputError
+from deepstack.models import tune_gc
 from deepstack.models.evaluate import evaluate
 from deepstack.models.parallel import Strategy
 from deepstack.models.schedule_search import OBJECTIVES
@@ -201,6 +202,7 @@ def _jsonable(data):
 def _worker(args: tuple) -> None:
     """One worker process: load the study and run its share of trials (spawned, so nothing is inherited)."""
     storage_url, study_name, space_name, scenario_json, objectives, sampler, seed, trials = args
+    tune_gc()
     problem = Problem(load_space(space_name), Scenario.model_validate_json(scenario_json), tuple(objectives))
     storage = open_storage(storage_url)
     study = optuna.load_study(study_name=study_name, storage=storage, sampler=_sampler(sampler, seed))

@@ -30,6 +30,7 @@ import numpy as np
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
+from deepstack.models import tune_gc
 from deepstack.models.evaluate import evaluate
 from deepstack.models.parallel import feasible_strategies
 from deepstack.models.schedule_search import OBJECTIVES
@@ -144,15 +145,9 @@ class SweepResult:
     tiers: list[dict]
 
 
-# Young-generation garbage collections every 50,000 allocations instead of Python's 700: the evaluator creates
-# many short-lived rows but almost no reference cycles, and each collection walks the memo tables' objects
-# (measured: ~10 % of a sweep's time at the default threshold).
-GC_GEN0_THRESHOLD = 50_000
-
-
 def evaluate_chunk(tasks: list[SweepTask]) -> list[dict]:
     """One chunk of hardware points (the unit a backend schedules, records and resumes)."""
-    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    tune_gc()  # also in workers that did not start from the CLI (Dask)
     return [row for task in tasks for row in evaluate_hardware(task)]
 
 
