@@ -153,49 +153,6 @@ class PhaseResult:
         return core * scale**2 * m, dram * m, noc * m
 
 
-def _layer_rows(layer: LayerOps, comms: tuple[distributed.CommOp, ...], point: DesignPoint,
-                dev: DeviceSpec, layout, topology) -> list[Row]:
-    """Time one layer kind's operators and collectives, overlapping each collective with the GEMM it feeds
-    or is fed by when that GEMM is in the layer."""
-    timed_comms = dict(_timed_comms(comms, layout, topology, point.schedule)) if topology else {}
-    partner = {}
-    for comm, result in timed_comms.values():
-        target = comm.after or comm.before
-        if target and target not in partner:
-            partner[target] = (comm, result)
-    rows: list[Row] = []
-    used = set()
-    kind, layers = layer.kind, layer.layers
-    for segment in _segments(layer, dev, frozenset(partner)):
-        if isinstance(segment, tuple):
-            rows.extend(segment)
-            continue
-        comm, result = partner[segment.name]
-        timing = tune_gemm_overlapped(segment, dev, result.time_s - result.latency_s, result.latency_s)
-        rows.append(OverlapRow(kind, layers * segment.count, timing, comm.name, result))
-        used.add(comm.name)
-    computing = len(rows)
-    for name, (comm, result) in timed_comms.items():
-        if name in used:
-            continue
-        # FSDP prefetches the next layer's weights behind this layer's compute
-        hidden = (sum(r.weighted_s for r in rows[:computing]) / max(layers, 1)
-                  if comm.name == "fsdp_weight_gather" else 0.0)
-        rows.append(CommRow(kind, layers, comm.name, result, hidden))
-    return rows
-
-
-@functools.lru_cache(maxsize=65536)
-def _timed_comms(comms: tuple, layout, topology, schedule: Schedule) -> tuple:
-    """(name, (collective, result)) of a layer's collectives that move data, in order (memoised per layer)."""
-    timed = {}
-    for comm in comms:
-        result = distributed.time_comm(comm, layout, topology, schedule)
-        if result is not None:
-            timed[comm.name] = (comm, result)
-    return tuple(timed.items())
-
-
 @functools.lru_cache(maxsize=65536)
 def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f, moe: bool) -> tuple:
     """The collectives of one dense or MoE layer (memoised: the same objects for every evaluation of it)."""
@@ -247,21 +204,75 @@ def _choose(op: Choice, dev: DeviceSpec) -> tuple[str, list[OpTiming]]:
     return min(timed, key=lambda item: sum(t.time_s for t in item[1]))
 
 
+@dataclass(frozen=True, eq=False)
+class _LayerPlan:
+    """One layer's rows with its collectives left open: all that every network of one structure shares."""
+
+    layer: LayerOps
+    comms: tuple  # (collective, its groups, its algorithm) of the collectives that move data, in order
+    partner: dict  # name of a GEMM → index in ``comms`` of the collective it overlaps (eq. 5)
+    segments: tuple  # stand-alone rows and overlapped GEMMs, in order (see _segments)
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceSpec, layout,
+                networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
+    """The layers of a pipeline stage and the stage's own collectives (PP sends), as open plans: which
+    collectives move data, and on which groups, depends on the layout, not on link speeds or latencies."""
+    model = scenario.model
+    share_a = device_share(model, scenario, schedule.attention, schedule.pp, stage)
+    share_f = device_share(model, scenario, schedule.ffn, schedule.pp, stage)
+
+    def moving(comms) -> tuple:
+        out = {}
+        for comm in comms if networked else ():
+            groups = layout.groups(comm.dim)
+            if len(groups[0]) >= 2 and comm.bytes_per_rank > 0:  # a group of one rank, or no bytes: nothing moves
+                out[comm.name] = (comm, groups, schedule.algorithm(comm.op))
+        return tuple(out.values())
+
+    layers = []
+    for layer in build_workload(model, scenario, schedule.attention, schedule.ffn, schedule.pp, stage):
+        comms = moving(_layer_comms(model, scenario, schedule, share_a, share_f, layer.kind == "moe")
+                       if layer.kind in ("dense", "moe") else ())
+        partner = {}
+        for index, (comm, _, _) in enumerate(comms):
+            target = comm.after or comm.before
+            if target and target not in partner:
+                partner[target] = index
+        layers.append(_LayerPlan(layer, comms, partner, _segments(layer, dev, frozenset(partner))))
+    return tuple(layers), moving(distributed.stage_comms(model, scenario, schedule, share_a))
+
+
 def _stage_rows(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: int, layout, topology) -> list[Row]:
-    s, model = point.schedule, scenario.model
-    share_a = device_share(model, scenario, s.attention, s.pp, stage)
-    share_f = device_share(model, scenario, s.ffn, s.pp, stage)
+    """Time one pipeline stage's operators and collectives, overlapping each collective with the GEMM it
+    feeds or is fed by when that GEMM is in the layer."""
+    layers, stage_comms = _stage_plan(scenario, point.schedule, stage, dev, layout, topology is not None)
     rows: list[Row] = []
-    for layer in build_workload(model, scenario, s.attention, s.ffn, s.pp, stage):
-        comms = ()
-        if layer.kind in ("dense", "moe"):
-            comms = _layer_comms(model, scenario, s, share_a, share_f, layer.kind == "moe")
-        rows.extend(_layer_rows(layer, comms, point, dev, layout, topology))
-    if topology is not None:
-        for comm in distributed.stage_comms(model, scenario, s, share_a):
-            result = distributed.time_comm(comm, layout, topology, s)
-            if result is not None:
-                rows.append(CommRow("stage", 1, comm.name, result))
+    for plan in layers:
+        results = [distributed.comm_time(comm, groups, topology, algorithm) for comm, groups, algorithm in plan.comms]
+        kind, count = plan.layer.kind, plan.layer.layers
+        first = len(rows)
+        used = set()
+        for segment in plan.segments:
+            if isinstance(segment, tuple):
+                rows.extend(segment)
+                continue
+            index = plan.partner[segment.name]
+            comm, result = plan.comms[index][0], results[index]
+            timing = tune_gemm_overlapped(segment, dev, result.time_s - result.latency_s, result.latency_s)
+            rows.append(OverlapRow(kind, count * segment.count, timing, comm.name, result))
+            used.add(comm.name)
+        computing = len(rows)
+        for (comm, _, _), result in zip(plan.comms, results, strict=True):
+            if comm.name in used:
+                continue
+            # FSDP prefetches the next layer's weights behind this layer's compute
+            hidden = (sum(r.weighted_s for r in rows[first:computing]) / max(count, 1)
+                      if comm.name == "fsdp_weight_gather" else 0.0)
+            rows.append(CommRow(kind, count, comm.name, result, hidden))
+    for comm, groups, algorithm in stage_comms:
+        rows.append(CommRow("stage", 1, comm.name, distributed.comm_time(comm, groups, topology, algorithm)))
     return rows
 
 

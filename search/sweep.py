@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import gc
 import hashlib
 import itertools
@@ -79,10 +80,16 @@ def _hardware_feasible(space: DesignSpace, hw: HardwarePoint) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=64)
+def _scenario(text: str) -> Scenario:
+    """One scenario object per worker (memo lookups keyed on it then match by identity)."""
+    return Scenario.model_validate_json(text)
+
+
 def evaluate_hardware(task: SweepTask) -> list[dict]:
     """Every schedule that fits one hardware point, evaluated (a unit of work for a pool worker)."""
     space = load_space(task.space_ref)
-    scenario = Scenario.model_validate_json(task.scenario_json)
+    scenario = _scenario(task.scenario_json)
     hw = task.hardware
     if not _hardware_feasible(space, hw):
         return []
