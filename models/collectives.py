@@ -55,7 +55,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepstack.errors import UserInputError
-from deepstack.models.network import LevelLoad, NetworkTopology, as_topology, flow_link_counts, summarise_levels
+from deepstack.models.network import (
+    LevelLoad,
+    NetworkTopology,
+    as_topology,
+    flow_link_counts,
+    readonly,
+    summarise_levels,
+)
 from deepstack.schema.schedule import ALGORITHMS_FOR
 
 ALGORITHMS: dict[str, tuple[str, ...]] = ALGORITHMS_FOR  # one table, shared with the schema's validation
@@ -441,13 +448,8 @@ def _run_of(algorithm: str, detail: str, plan: _Plan, timed, steps, topology, ov
                    float(latency[k]), float(congestion[k]), float(peak[k]))
         for k in steps
     )
-    totals = tuple(_readonly(counts @ level_loads_[steps]) for level_loads_ in loads)
+    totals = tuple(readonly(counts @ level_loads_[steps]) for level_loads_ in loads)
     return _Run(algorithm, detail, results, totals)
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
 
 
 def _execute(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:

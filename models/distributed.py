@@ -192,13 +192,20 @@ def comm_time(comm: CommOp, groups: tuple[tuple[int, ...], ...], topology: netwo
     return collectives.time_on_groups(comm.op, comm.bytes_per_rank, groups, topology, algorithm)
 
 
-def time_comm(comm: CommOp, layout: Layouts, topology: network.NetworkTopology,
-              schedule: Schedule) -> collectives.CollectiveResult | None:
-    """Time one collective on the mapped topology (None when its groups have one rank)."""
+def comm_route(comm: CommOp, layout: Layouts, schedule: Schedule) -> tuple[tuple, str] | None:
+    """The device groups and the algorithm a collective runs with (None when its groups have one rank or it
+    moves no bytes: nothing crosses the network)."""
     groups = layout.groups(comm.dim)
     if len(groups[0]) < 2 or comm.bytes_per_rank <= 0:
         return None
-    return comm_time(comm, groups, topology, schedule.algorithm(comm.op))
+    return groups, schedule.algorithm(comm.op)
+
+
+def time_comm(comm: CommOp, layout: Layouts, topology: network.NetworkTopology,
+              schedule: Schedule) -> collectives.CollectiveResult | None:
+    """Time one collective on the mapped topology (None when nothing moves, see :func:`comm_route`)."""
+    route = comm_route(comm, layout, schedule)
+    return None if route is None else comm_time(comm, route[0], topology, route[1])
 
 
 def topology_of(net: Network) -> network.NetworkTopology:

@@ -226,9 +226,9 @@ def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceS
     def moving(comms) -> tuple:
         out = {}
         for comm in comms if networked else ():
-            groups = layout.groups(comm.dim)
-            if len(groups[0]) >= 2 and comm.bytes_per_rank > 0:  # a group of one rank, or no bytes: nothing moves
-                out[comm.name] = (comm, groups, schedule.algorithm(comm.op))
+            route = distributed.comm_route(comm, layout, schedule)
+            if route is not None:
+                out[comm.name] = (comm, *route)
         return tuple(out.values())
 
     layers = []

@@ -468,11 +468,12 @@ def summarise_levels(topology: NetworkTopology, peaks, totals, time_s: float) ->
 
 
 def _zero_result(topology: NetworkTopology) -> RoutedFlows:
-    link_bytes = tuple(_readonly(np.zeros(n)) for n in topology.level_links)
+    link_bytes = tuple(readonly(np.zeros(n)) for n in topology.level_links)
     return RoutedFlows(NetworkResult(0.0, 0.0, 0.0, 0.0, 0, level_loads(topology, link_bytes, 0.0)), link_bytes)
 
 
-def _readonly(array: np.ndarray) -> np.ndarray:
+def readonly(array: np.ndarray) -> np.ndarray:
+    """The array, made read-only (memoised results are shared: nobody may change them in place)."""
     array.flags.writeable = False
     return array
 
@@ -493,7 +494,7 @@ def _is_dense(topology: NetworkTopology, flows: int) -> bool:
 @functools.lru_cache(maxsize=32)
 def _pair_latency(structure, hop_latencies_s: tuple[float, ...]) -> np.ndarray:
     """Zero-load latency Σ_levels hops·δ of every device pair (index s·N + d), s."""
-    return _readonly(np.asarray(hop_latencies_s) @ _incidence(structure).hops)
+    return readonly(np.asarray(hop_latencies_s) @ _incidence(structure).hops)
 
 
 def _hop_latencies(topology: NetworkTopology) -> tuple[float, ...]:
@@ -554,7 +555,7 @@ def _route_sparse(topology: NetworkTopology, pairs: np.ndarray, payload: np.ndar
 
 def _finish(topology: NetworkTopology, link_bytes, latency_s: float, flows: int, peaks=None, totals=None):
     """Assemble a :class:`RoutedFlows` (per-level peaks and totals may be passed in when already known)."""
-    link_bytes = tuple(_readonly(np.asarray(links, dtype=float)) for links in link_bytes)
+    link_bytes = tuple(readonly(np.asarray(links, dtype=float)) for links in link_bytes)
     if peaks is None:
         peaks = [float(links.max()) if links.size else 0.0 for links in link_bytes]
         totals = [float(links.sum()) if links.size else 0.0 for links in link_bytes]

@@ -380,7 +380,8 @@ def _wave_blocks_array(tiles, row_blocks, col_blocks, groups: int, grouped):
 
 
 def _retime(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> OpTiming:
-    """The full timing record of candidate ``i`` (from the scalar model, for the report)."""
+    """The timing record of candidate ``i`` from the scalar model (:func:`_time_gemm`): the reference the
+    vectorised tuner and :func:`_record` are tested against."""
     a_res = _resident(dev, g.groups * g.m * g.k * g.a_bytes)
     c_res = _resident(dev, g.groups * g.m * g.n * g.c_bytes)
     b_res = (not g.weight) and _resident(dev, g.groups * g.k * g.n * g.b_bytes)

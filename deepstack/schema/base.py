@@ -18,8 +18,12 @@ class Frozen(BaseModel):
         state = self.__dict__
         value = state.get(_HASH_KEY)
         if value is None:
-            value = state[_HASH_KEY] = hash(tuple(state[name] for name in type(self).__pydantic_fields__))
+            value = state[_HASH_KEY] = hash(self._hashed_fields())
         return value
+
+    def _hashed_fields(self) -> tuple:
+        """What the hash is made of: the fields' values (a model with an unhashable field says how to hash it)."""
+        return tuple(self.__dict__[name] for name in type(self).__pydantic_fields__)
 
     def model_copy(self, *, update=None, deep: bool = False):
         copied = super().model_copy(update=update, deep=deep)

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from deepstack.errors import UserInputError
-from deepstack.schema.base import _HASH_KEY, Frozen
+from deepstack.schema.base import Frozen
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 Algorithm = Literal[
@@ -79,14 +79,10 @@ class Schedule(Frozen):
     def devices(self) -> int:
         return self.attention.devices * self.pp
 
-    def __hash__(self) -> int:
+    def _hashed_fields(self) -> tuple:
         # the collectives table is a dict; hash its items so schedules (and design points) can key memos
-        state = self.__dict__
-        value = state.get(_HASH_KEY)
-        if value is None:
-            value = state[_HASH_KEY] = hash((self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
-                                             tuple(sorted(self.collectives.items()))))
-        return value
+        return (self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
+                tuple(sorted(self.collectives.items())))
 
     @property
     def is_per_module(self) -> bool:
