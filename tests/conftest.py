@@ -84,3 +84,32 @@ def assert_run_record(folder: Path, study: str) -> dict:
         assert table["title"] and table["rows"], table
         assert all(len(row) == len(table["columns"]) for row in table["rows"]), table["title"]
     return record
+
+
+MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
+
+
+def write_space(path: Path, *, chips=("standard", "strong-l2"), hops=(1.0, 2.0)) -> Path:
+    """A small space on the 8-device mini8 NoC: Llama-3.2-1B decode at batch 64; stackings (m, n) ∈ {(2,1),
+    (2,2), (4,1), (4,2), (4,4)}, the given hop-latency scales and 2 bandwidth scales per level (2² per point);
+    every flat schedule, FSDP off and on. With the defaults: 2 chips × 5 stackings = 10 tier-1 points."""
+    path.write_text(f"""kind = "space"
+name = "{path.stem}"
+[scenarios]
+models = ["llama-3.2-1b"]
+phases = ["decode"]
+batches = [64]
+sequence_lengths = [[1024, 1024]]
+[hardware]
+chips = {json.dumps(list(chips))}
+nocs = [{json.dumps(str(MINI8))}]
+stacked_layers = [2, 4]
+connected_layers = [1, 2, 4]
+hop_latency_scale = {json.dumps(list(hops))}
+level_bw_scale = [0.5, 1.0]
+[[hardware.sram]]
+name = "base"
+[schedule]
+fsdp = [false, true]
+""")
+    return path

@@ -25,12 +25,11 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import assert_user_error
+from conftest import assert_user_error, write_space
 
 from deepstack.search.optimize import HEARTBEAT_GRACE_S
 
 REPO = Path(__file__).resolve().parent.parent
-MINI8 = REPO / "search" / "spaces" / "nocs" / "mini8.toml"
 POSTGRES = os.environ.get("DEEPSTACK_TEST_POSTGRES")
 needs_postgres = pytest.mark.skipif(not POSTGRES, reason="DEEPSTACK_TEST_POSTGRES is not set (CI sets it: "
                                     "`. .ci/postgres.sh; pg_start` starts a throw-away server on 127.0.0.1)")
@@ -45,31 +44,6 @@ def _exe() -> str:
 
 def deepstack(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([_exe(), *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
-def write_space(path: Path, *, chips=("standard", "strong-l2"), hops=(1.0, 2.0)) -> Path:
-    """A small space on the 8-device mini8 NoC. With the defaults: 2 chips × 5 (m, n) = 10 tier-1 points (two
-    chunks), then 1 hop-latency point and 3 bandwidth points — ~420 evaluations."""
-    path.write_text(f"""kind = "space"
-name = "scale-out"
-[scenarios]
-models = ["llama-3.2-1b"]
-phases = ["decode"]
-batches = [64]
-sequence_lengths = [[1024, 1024]]
-[hardware]
-chips = {json.dumps(list(chips))}
-nocs = [{json.dumps(str(MINI8))}]
-stacked_layers = [2, 4]
-connected_layers = [1, 2, 4]
-hop_latency_scale = {json.dumps(list(hops))}
-level_bw_scale = [0.5, 1.0]
-[[hardware.sram]]
-name = "base"
-[schedule]
-fsdp = [false, true]
-""")
-    return path
 
 
 # ---------------------------------------------------------------------------------- a killed study worker (part 1)

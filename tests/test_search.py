@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import optuna
 import pytest
-from conftest import assert_user_error, run_in_process
+from conftest import assert_user_error, run_in_process, write_space
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -254,34 +254,6 @@ def test_repair_moves_off_stackings_too_small_for_the_model():
 
 # --- sweeps and compare on a tiny space ----------------------------------------------------------------------
 
-TINY = f"""
-kind = "space"
-name = "tiny"
-description = "small.toml cut down: one chip, two stackings, two bandwidth scales"
-source = "tests/test_search.py"
-
-[scenarios]
-models = ["llama-3.2-1b"]
-phases = ["decode"]
-batches = [64]
-sequence_lengths = [[1024, 1024]]
-
-[hardware]
-chips = ["standard"]
-nocs = ["{MINI8}"]
-stacked_layers = [2, 4]
-connected_layers = [1, 2, 4]
-hop_latency_scale = [1.0]
-level_bw_scale = [0.5, 1.0]
-
-[[hardware.sram]]
-name = "base"
-
-[schedule]
-fsdp = [false, true]
-per_module = false
-collective_algorithms = ["auto"]
-"""
 TINY_HARDWARE_POINTS = 5 * 1 * 2**2  # (m, n) ∈ {(2,1), (2,2), (4,1), (4,2), (4,4)} × 1 hop × 2 scales per level
 STUDY_SHARE = 0.03  # "a few %" of the sweep's evaluations as trials
 
@@ -292,7 +264,7 @@ def tiny(tmp_path_factory):
     in this process; the console script itself is exercised by the dashboard tests and test_optimize.py)."""
     cwd = tmp_path_factory.mktemp("tiny")
     space = cwd / "tiny.toml"
-    space.write_text(TINY)
+    write_space(space, chips=("standard",), hops=(1.0,))
     runs = {}
     for mode in ("exhaustive", "hierarchical"):
         runs[mode] = run_in_process("sweep", "--mode", mode, "--space", str(space), "--out", mode, "--workers", "2",
