@@ -60,6 +60,7 @@ from deepstack.models.network import (
     NetworkTopology,
     as_topology,
     flow_link_counts,
+    framed_bytes,
     readonly,
     summarise_levels,
 )
@@ -420,9 +421,22 @@ def _timed_steps(plan: _Plan, S: float, topology: NetworkTopology):
             level_peak = level_loads_.max(axis=1)
             congestion = np.maximum(congestion, level_peak / level.link_bw_Bps)
             peak = np.maximum(peak, level_peak)
-    delays = np.array([level.hop_latency_s for level in topology.levels])
-    latency = np.maximum.reduceat(plan.hop_rows @ delays, plan.hop_starts)
-    return latency, congestion, peak, loads
+    return _step_latency(plan, topology.hop_latencies_s), congestion, peak, loads
+
+
+@functools.lru_cache(maxsize=8192)
+def _step_latency(plan: _Plan, hop_latencies_s: tuple[float, ...]) -> np.ndarray:
+    """Eq. 4's latency of every step: its slowest flow's Σ hops·δ (shared by every size and bandwidth)."""
+    return readonly(np.maximum.reduceat(plan.hop_rows @ np.array(hop_latencies_s), plan.hop_starts))
+
+
+@functools.lru_cache(maxsize=8192)
+def _busiest_link_bytes(plan: _Plan, S: float, framing: tuple) -> np.ndarray:
+    """(levels × steps) wire bytes on each uniform step's busiest link of each level at size S: eq. 4's
+    congestion but for the link speeds, so a bandwidth sweep computes it once."""
+    payload = plan.cell_payload * S
+    return readonly(np.array([framed_bytes(payload, packet, header) * peaks
+                              for (packet, header), peaks in zip(framing, plan.cell_peaks, strict=True)]))
 
 
 def _latency_congestion(plan: _Plan, S: float, topology: NetworkTopology) -> tuple[np.ndarray, np.ndarray]:
@@ -432,11 +446,8 @@ def _latency_congestion(plan: _Plan, S: float, topology: NetworkTopology) -> tup
     if not plan.uniform:
         latency, congestion, _, _ = _timed_steps(plan, S, topology)
         return latency, congestion
-    congestion = np.zeros(len(plan.counts))
-    for level, peaks in zip(topology.levels, plan.cell_peaks, strict=True):
-        congestion = np.maximum(congestion, level.wire_bytes(plan.cell_payload * S) * peaks / level.link_bw_Bps)
-    delays = np.array([level.hop_latency_s for level in topology.levels])
-    return np.maximum.reduceat(plan.hop_rows @ delays, plan.hop_starts), congestion
+    congestion = (_busiest_link_bytes(plan, S, topology.framing) / topology.link_bw_column).max(axis=0)
+    return _step_latency(plan, topology.hop_latencies_s), congestion
 
 
 def _run_of(algorithm: str, detail: str, plan: _Plan, timed, steps, topology, overhead_s: float) -> _Run:
@@ -492,12 +503,16 @@ def _split_at(groups: tuple, radix: int):
     return tuple(inner_groups), tuple(rails), shape[0]
 
 
-@functools.lru_cache(maxsize=1024)
 def _hierarchy(groups: tuple, topology: NetworkTopology):
     """(inner sub-groups, rails, inner size) at the innermost level boundary that splits the groups, or None."""
+    return _hierarchy_on(groups, topology.structure)
+
+
+@functools.lru_cache(maxsize=1024)
+def _hierarchy_on(groups: tuple, structure):
     radix = 1
-    for level in topology.levels[:-1]:
-        radix *= level.size
+    for _, dims in structure[:-1]:
+        radix *= math.prod(dims)
         split = _split_at(groups, radix)
         if split is not None:
             return split
@@ -526,12 +541,12 @@ def _hierarchical(S: float, groups: tuple, topology: NetworkTopology, overhead_s
     return _Run("hierarchical", detail, steps, totals)
 
 
-def _unavailable(op: str, algorithm: str, groups: tuple, topology: NetworkTopology) -> str | None:
-    """Why an algorithm cannot run on these groups (None if it can)."""
+def _unavailable(op: str, algorithm: str, groups: tuple, structure) -> str | None:
+    """Why an algorithm cannot run on these groups of a network structure (None if it can)."""
     p = len(groups[0])
     if algorithm in ("halving_doubling", "rabenseifner") and not _is_power_of_two(p):
         return f"{algorithm} needs a power-of-two group size (got {p})"
-    if algorithm == "hierarchical" and _hierarchy(groups, topology) is None:
+    if algorithm == "hierarchical" and _hierarchy_on(groups, structure) is None:
         return (
             "hierarchical needs groups spanning more than one network level, each a full product of inner "
             "and outer positions of equal shape"
@@ -574,27 +589,31 @@ def _joint_plan(op: str, algorithms: tuple[str, ...], groups: tuple, structure) 
 
 def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float):
     """(count, time, latency, congestion of one step) of an algorithm's steps from eq. 4's per-step latency and
-    congestion, and which of the plan's steps they are."""
+    congestion, and which of the plan's steps run (None: all of them)."""
     if algorithm == "double_tree":  # one steady-state step per chunk count: the fastest is run (fewest on ties)
         k = int(np.argmin(counts * (latency + congestion + overhead_s)))
         return ((int(counts[k]), float(latency[k] + congestion[k] + overhead_s), float(latency[k]),
-                 float(congestion[k])),), [k]
+                 float(congestion[k])),), k
     return tuple((int(c), float(lat + cong + overhead_s), float(lat), float(cong))
-                 for c, lat, cong in zip(counts, latency, congestion, strict=True)), list(range(len(counts)))
+                 for c, lat, cong in zip(counts, latency, congestion, strict=True)), None
 
 
-def _plan_level_bytes(plan: _Plan, steps: list[int], S: float, topology: NetworkTopology) -> tuple[float, ...]:
-    """Bytes each level's links carry when ``steps`` of the plan run (each its count times) at size S."""
-    if len(steps) == len(plan.counts):
-        chosen = slice(None)
-    else:
-        running = np.zeros(len(plan.counts), dtype=bool)
-        running[steps] = True
-        chosen = running[plan.cell_step]
+@functools.lru_cache(maxsize=8192)
+def _plan_level_bytes(plan: _Plan, step: int | None, S: float, framing: tuple) -> tuple[float, ...]:
+    """Bytes each level's links carry when the plan's steps run (each its count times) at size S — only step
+    ``step`` of them when given (the double tree's chosen chunk count). Link speeds do not enter."""
+    chosen = slice(None) if step is None else plan.cell_step == step
     weights = plan.counts[plan.cell_step[chosen]]
     payload = plan.cell_payload[chosen] * S
-    return tuple(float(np.dot(weights * level.wire_bytes(payload), sums[chosen]))
-                 for level, sums in zip(topology.levels, plan.cell_sums, strict=True))
+    return tuple(float(np.dot(weights * framed_bytes(payload, packet, header), sums[chosen]))
+                 for (packet, header), sums in zip(framing, plan.cell_sums, strict=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _usable(op: str, groups: tuple, structure) -> tuple[str, ...]:
+    """The algorithms "auto" ranks (see :func:`_ranked` for why pairwise all-to-all is left out)."""
+    return tuple(algorithm for algorithm in ALGORITHMS[op] if _unavailable(op, algorithm, groups, structure) is None
+                 and (op, algorithm) != ("all_to_all", "pairwise"))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -607,40 +626,43 @@ def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhea
     link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
     instead of one — it can never be faster than direct here, and it is the costliest to route.
     """
-    usable = [algorithm for algorithm in ALGORITHMS[op] if _unavailable(op, algorithm, groups, topology) is None
-              and (op, algorithm) != ("all_to_all", "pairwise")]
+    usable = _usable(op, groups, topology.structure)
     flat = [algorithm for algorithm in usable if algorithm != "hierarchical"]
     plans = {algorithm: _plan(op, algorithm, groups, topology.structure) for algorithm in flat}
     # plans whose steps each carry one flow size are timed together in one pass; the others one by one
     uniform = tuple(algorithm for algorithm in flat if plans[algorithm].uniform)
-    steps: dict[str, tuple] = {}
-    chosen: dict[str, list[int]] = {}
+    timed: dict[str, tuple] = {}  # algorithm → (counts, latency, congestion) of its steps
     if uniform:
         joint, starts = _joint_plan(op, uniform, groups, topology.structure)
         latency, congestion = _latency_congestion(joint, S, topology)
         for algorithm, first, end in zip(uniform, starts, starts[1:], strict=False):
             part = slice(first, end)
-            steps[algorithm], chosen[algorithm] = _steps_of(algorithm, joint.counts[part], latency[part],
-                                                            congestion[part], overhead_s)
+            timed[algorithm] = (joint.counts[part], latency[part], congestion[part])
     for algorithm in flat:
-        if algorithm not in steps:
-            latency, congestion = _latency_congestion(plans[algorithm], S, topology)
-            steps[algorithm], chosen[algorithm] = _steps_of(algorithm, plans[algorithm].counts, latency, congestion,
-                                                            overhead_s)
+        if algorithm not in timed:
+            timed[algorithm] = (plans[algorithm].counts, *_latency_congestion(plans[algorithm], S, topology))
+    totals: dict[str, float] = {}
+    for algorithm, (counts, latency, congestion) in timed.items():
+        # count × step time summed one step at a time: the very figures the winner's steps below add up to
+        weighted = (counts * (latency + congestion + overhead_s)).tolist()
+        totals[algorithm] = min(weighted) if algorithm == "double_tree" else sum(weighted)
     phases = []
     if "hierarchical" in usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
         inner_groups, rails, a = _hierarchy(groups, topology)
         phases = [_ranked("reduce_scatter", S, inner_groups, topology, overhead_s),
                   _ranked("all_reduce", S / a, rails, topology, overhead_s),
                   _ranked("all_gather", S / a, inner_groups, topology, overhead_s)]
-        steps["hierarchical"] = tuple(step for phase in phases for step in phase[2])
-    times = [(algorithm, sum(step[0] * step[1] for step in steps[algorithm])) for algorithm in usable]
+        hierarchical_steps = tuple(step for phase in phases for step in phase[2])
+        totals["hierarchical"] = sum(step[0] * step[1] for step in hierarchical_steps)
+    times = [(algorithm, totals[algorithm]) for algorithm in usable]
     best = min(times, key=lambda item: item[1])[0]
     if best == "hierarchical":
+        steps = hierarchical_steps
         level_bytes = tuple(sum(parts) for parts in zip(*(phase[3] for phase in phases), strict=True))
     else:
-        level_bytes = _plan_level_bytes(plans[best], chosen[best], S, topology)
-    return best, tuple(times), steps[best], level_bytes
+        steps, chosen = _steps_of(best, *timed[best], overhead_s)
+        level_bytes = _plan_level_bytes(plans[best], chosen, S, topology.framing)
+    return best, tuple(times), steps, level_bytes
 
 
 def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
@@ -737,9 +759,9 @@ def _collective(
         best, candidates, steps, level_bytes = _ranked(op, S, groups, topology, overhead_s)
         return _result(op, S, groups, best, steps, level_bytes, candidates, overhead_s,
                        (topology, (op, best, S, groups, topology, overhead_s)))
-    reason = _unavailable(op, algorithm, groups, topology)
+    reason = _unavailable(op, algorithm, groups, topology.structure)
     if reason is not None:
-        usable = [name for name in ALGORITHMS[op] if _unavailable(op, name, groups, topology) is None]
+        usable = [name for name in ALGORITHMS[op] if _unavailable(op, name, groups, topology.structure) is None]
         raise CollectiveError(f"algorithm for {op}: {reason}; usable here: auto, {', '.join(usable)}")
     run = _run(op, algorithm, S, groups, topology, overhead_s)
     return _result_of_run(op, S, groups, topology, run, ((algorithm, run.time_s),), overhead_s)

@@ -186,26 +186,56 @@ def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
     return Layouts(attention_layout, ffn_layout, schedule.devices)
 
 
+class Route:
+    """A collective as the network sees it: op, bytes per rank, device groups and algorithm. Interned (see
+    :func:`route`), so the per-topology result tables key on it by identity: a search looks results up millions
+    of times, and hashing and comparing the groups (up to 256 ids) each time cost more than the lookups."""
+
+    __slots__ = ("algorithm", "bytes_per_rank", "groups", "op")
+
+    def __init__(self, op: str, bytes_per_rank: float, groups: tuple, algorithm: str):
+        self.op, self.bytes_per_rank, self.groups, self.algorithm = op, bytes_per_rank, groups, algorithm
+
+
 @functools.lru_cache(maxsize=65536)
-def comm_time(comm: CommOp, groups: tuple[tuple[int, ...], ...], topology: network.NetworkTopology,
-              algorithm: str) -> collectives.CollectiveResult:
-    return collectives.time_on_groups(comm.op, comm.bytes_per_rank, groups, topology, algorithm)
+def route(op: str, bytes_per_rank: float, groups: tuple, algorithm: str) -> Route:
+    """The one :class:`Route` object of these figures (a new one after eviction: a lookup miss, never a wrong
+    result)."""
+    return Route(op, bytes_per_rank, groups, algorithm)
 
 
-def comm_route(comm: CommOp, layout: Layouts, schedule: Schedule) -> tuple[tuple, str] | None:
-    """The device groups and the algorithm a collective runs with (None when its groups have one rank or it
+@functools.lru_cache(maxsize=16)
+def _results_on(topology: network.NetworkTopology) -> dict:
+    """Collective results on one topology by route (a search sweeps one topology's schedules at a time)."""
+    return {}
+
+
+def route_times(routes, topology: network.NetworkTopology) -> list[collectives.CollectiveResult]:
+    """The results of several routes on a topology (memoised per topology and route)."""
+    memo = _results_on(topology)
+    out = []
+    for r in routes:
+        result = memo.get(r)
+        if result is None:
+            result = memo[r] = collectives.time_on_groups(r.op, r.bytes_per_rank, r.groups, topology, r.algorithm)
+        out.append(result)
+    return out
+
+
+def comm_route(comm: CommOp, layout: Layouts, schedule: Schedule) -> Route | None:
+    """The route a collective takes: its device groups and algorithm (None when its groups have one rank or it
     moves no bytes: nothing crosses the network)."""
     groups = layout.groups(comm.dim)
     if len(groups[0]) < 2 or comm.bytes_per_rank <= 0:
         return None
-    return groups, schedule.algorithm(comm.op)
+    return route(comm.op, comm.bytes_per_rank, groups, schedule.algorithm(comm.op))
 
 
 def time_comm(comm: CommOp, layout: Layouts, topology: network.NetworkTopology,
               schedule: Schedule) -> collectives.CollectiveResult | None:
     """Time one collective on the mapped topology (None when nothing moves, see :func:`comm_route`)."""
-    route = comm_route(comm, layout, schedule)
-    return None if route is None else comm_time(comm, route[0], topology, route[1])
+    r = comm_route(comm, layout, schedule)
+    return None if r is None else route_times((r,), topology)[0]
 
 
 def topology_of(net: Network) -> network.NetworkTopology:

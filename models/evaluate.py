@@ -47,18 +47,20 @@ class DesignPoint:
 
 class _Timed:
     """A row's time at the nominal clock, and count × it, are kept at construction: a search sums them over
-    every row of every stage several times per design point (DVFS re-times rows at other clocks)."""
+    every row of every stage several times per design point (DVFS re-times rows at other clocks). Rows are
+    plain slotted records (built by the thousand per design point) and are never changed once made."""
+
+    __slots__ = ()
 
     def __post_init__(self) -> None:
-        nominal = self._time(1.0)
-        object.__setattr__(self, "nominal_s", nominal)
-        object.__setattr__(self, "weighted_s", self.count * nominal)
+        self.nominal_s = nominal = self._time(1.0)
+        self.weighted_s = self.count * nominal
 
     def time_at(self, scale: float) -> float:
         return self.nominal_s if scale == 1.0 else self._time(scale)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OpRow(_Timed):
     layer: str
     count: int
@@ -71,7 +73,7 @@ class OpRow(_Timed):
         return self.timing.time_at(scale)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CommRow(_Timed):
     layer: str
     count: int
@@ -82,14 +84,10 @@ class CommRow(_Timed):
     weighted_s: float = field(init=False, repr=False, compare=False)
 
     def _time(self, scale: float) -> float:
-        r = self.result
-        if not self.hidden_behind_s:
-            return r.time_s
-        # prefetched behind the layer's compute: only the bandwidth time beyond it and the latency show
-        return max(0.0, r.time_s - r.latency_s - self.hidden_behind_s) + r.latency_s
+        return comm_row_s(self.result, self.hidden_behind_s)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OverlapRow(_Timed):
     layer: str
     count: int
@@ -100,30 +98,74 @@ class OverlapRow(_Timed):
     weighted_s: float = field(init=False, repr=False, compare=False)
 
     def _time(self, scale: float) -> float:
-        r = self.result
-        return overlap_time_s(self.timing.waves, self.timing.time_at(scale), r.time_s - r.latency_s, r.latency_s)
+        return overlap_row_s(self.timing, self.result, scale)
 
 
 Row = OpRow | CommRow | OverlapRow
+
+
+def comm_row_s(result: CollectiveResult, hidden_behind_s: float) -> float:
+    """A collective's exposed time (the clock does not change it)."""
+    if not hidden_behind_s:
+        return result.time_s
+    # prefetched behind the layer's compute: only the bandwidth time beyond it and the latency show
+    return max(0.0, result.time_s - result.latency_s - hidden_behind_s) + result.latency_s
+
+
+def overlap_row_s(timing: OpTiming, result: CollectiveResult, scale: float) -> float:
+    """A GEMM and the collective it overlaps (eq. 5) at ``scale`` × the nominal clock."""
+    return overlap_time_s(timing.waves, timing.time_at(scale), result.time_s - result.latency_s, result.latency_s)
+
+
+class RowRun(tuple):
+    """Rows that run alone, in order, with their weighted nominal times: a layer's stand-alone operators are
+    one shared run, added to a stage's time without touching each row."""
+
+    def __new__(cls, rows):
+        run = super().__new__(cls, rows)
+        run.weights = tuple(r.weighted_s for r in run)
+        return run
+
+
+def weighted_sum(parts, total: float = 0.0) -> float:
+    """Σ count × nominal time over rows and runs of rows, added one row at a time in row order (the very sum
+    of the flat list of rows, to the last digit)."""
+    for part in parts:
+        total = sum(part.weights, total) if isinstance(part, RowRun) else total + part.weighted_s
+    return total
 
 
 @dataclass
 class PhaseResult:
     """One step of the phase on the busiest device: prefill of the batch, or one decode step of every request.
 
-    ``rows`` are one microbatch on the bottleneck pipeline stage; the step takes ``time_multiplier`` such
-    stage-times (pipeline fill and steady state) and the device computes ``microbatches`` of them.
+    ``parts`` are one microbatch on the bottleneck pipeline stage: rows, runs of rows, and rows still to be made
+    (a ``functools.partial`` of a row class: a search makes the rows of the phases it keeps only). The step
+    takes ``time_multiplier`` such stage-times (pipeline fill and steady state) and the device computes
+    ``microbatches`` of them. ``nominal_stage_s`` (the stage time at the nominal clock) is summed from the rows
+    when not given.
     """
 
-    rows: list[Row]
+    parts: list
     time_multiplier: int = 1
     microbatches: int = 1
     stage: int = 0
+    nominal_stage_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.nominal_stage_s is None:
+            self.nominal_stage_s = weighted_sum(self.parts)
 
     @functools.cached_property
-    def nominal_stage_s(self) -> float:
-        """The stage time at the nominal clock (summed once: the search compares phases by it repeatedly)."""
-        return sum(r.weighted_s for r in self.rows)
+    def rows(self) -> list[Row]:
+        """The rows in order."""
+        out: list[Row] = []
+        for part in self.parts:
+            if isinstance(part, RowRun):
+                out.extend(part)
+            else:
+                out.append(part() if isinstance(part, functools.partial) else part)
+        return out
 
     def stage_time_at(self, scale: float) -> float:
         if scale == 1.0:
@@ -169,13 +211,13 @@ def _segments(layer: LayerOps, dev: DeviceSpec, partnered: frozenset) -> tuple:
     for op, op_rows in _op_rows(layer, dev):
         if op.name in partnered and isinstance(op, Gemm):
             if run:
-                out.append(tuple(run))
+                out.append(RowRun(run))
                 run = []
             out.append(op)
         else:
             run.extend(op_rows)
     if run:
-        out.append(tuple(run))
+        out.append(RowRun(run))
     return tuple(out)
 
 
@@ -209,9 +251,10 @@ class _LayerPlan:
     """One layer's rows with its collectives left open: all that every network of one structure shares."""
 
     layer: LayerOps
-    comms: tuple  # (collective, its groups, its algorithm) of the collectives that move data, in order
+    comms: tuple  # the collectives that move data, in order
+    routes: tuple  # their routes (distributed.route), in the same order
     partner: dict  # name of a GEMM → index in ``comms`` of the collective it overlaps (eq. 5)
-    segments: tuple  # stand-alone rows and overlapped GEMMs, in order (see _segments)
+    segments: tuple  # runs of stand-alone rows and overlapped GEMMs, in order (see _segments)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -223,57 +266,66 @@ def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceS
     share_a = device_share(model, scenario, schedule.attention, schedule.pp, stage)
     share_f = device_share(model, scenario, schedule.ffn, schedule.pp, stage)
 
-    def moving(comms) -> tuple:
+    def moving(comms) -> tuple[tuple, tuple]:
+        """The collectives that move data (one per name) and their routes."""
         out = {}
         for comm in comms if networked else ():
             route = distributed.comm_route(comm, layout, schedule)
             if route is not None:
-                out[comm.name] = (comm, *route)
-        return tuple(out.values())
+                out[comm.name] = (comm, route)
+        return tuple(c for c, _ in out.values()), tuple(r for _, r in out.values())
 
     layers = []
     for layer in build_workload(model, scenario, schedule.attention, schedule.ffn, schedule.pp, stage):
-        comms = moving(_layer_comms(model, scenario, schedule, share_a, share_f, layer.kind == "moe")
-                       if layer.kind in ("dense", "moe") else ())
+        comms, routes = moving(_layer_comms(model, scenario, schedule, share_a, share_f, layer.kind == "moe")
+                               if layer.kind in ("dense", "moe") else ())
         partner = {}
-        for index, (comm, _, _) in enumerate(comms):
+        for index, comm in enumerate(comms):
             target = comm.after or comm.before
             if target and target not in partner:
                 partner[target] = index
-        layers.append(_LayerPlan(layer, comms, partner, _segments(layer, dev, frozenset(partner))))
+        layers.append(_LayerPlan(layer, comms, routes, partner, _segments(layer, dev, frozenset(partner))))
     return tuple(layers), moving(distributed.stage_comms(model, scenario, schedule, share_a))
 
 
-def _stage_rows(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: int, layout, topology) -> list[Row]:
+def _stage_parts(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage: int, layout,
+                 topology) -> tuple[list, float]:
     """Time one pipeline stage's operators and collectives, overlapping each collective with the GEMM it
-    feeds or is fed by when that GEMM is in the layer."""
-    layers, stage_comms = _stage_plan(scenario, point.schedule, stage, dev, layout, topology is not None)
-    rows: list[Row] = []
+    feeds or is fed by when that GEMM is in the layer. Returns the stage's parts in order (see
+    :class:`PhaseResult`) and its time at the nominal clock, summed row by row in that order."""
+    layers, (stage_comms, stage_routes) = _stage_plan(scenario, point.schedule, stage, dev, layout,
+                                                      topology is not None)
+    parts: list = []
+    total = 0.0
     for plan in layers:
-        results = [distributed.comm_time(comm, groups, topology, algorithm) for comm, groups, algorithm in plan.comms]
+        results = distributed.route_times(plan.routes, topology)
         kind, count = plan.layer.kind, plan.layer.layers
-        first = len(rows)
+        layer_s = 0  # the layer's compute rows, which FSDP's weight prefetch hides behind
         used = set()
         for segment in plan.segments:
-            if isinstance(segment, tuple):
-                rows.extend(segment)
+            if isinstance(segment, RowRun):
+                parts.append(segment)
+                total, layer_s = sum(segment.weights, total), sum(segment.weights, layer_s)
                 continue
             index = plan.partner[segment.name]
-            comm, result = plan.comms[index][0], results[index]
+            comm, result = plan.comms[index], results[index]
             timing = tune_gemm_overlapped(segment, dev, result.time_s - result.latency_s, result.latency_s)
-            rows.append(OverlapRow(kind, count * segment.count, timing, comm.name, result))
+            n = count * segment.count
+            parts.append(functools.partial(OverlapRow, kind, n, timing, comm.name, result))
+            weighted = n * overlap_row_s(timing, result, 1.0)
+            total, layer_s = total + weighted, layer_s + weighted
             used.add(comm.name)
-        computing = len(rows)
-        for (comm, _, _), result in zip(plan.comms, results, strict=True):
+        for comm, result in zip(plan.comms, results, strict=True):
             if comm.name in used:
                 continue
             # FSDP prefetches the next layer's weights behind this layer's compute
-            hidden = (sum(r.weighted_s for r in rows[first:computing]) / max(count, 1)
-                      if comm.name == "fsdp_weight_gather" else 0.0)
-            rows.append(CommRow(kind, count, comm.name, result, hidden))
-    for comm, groups, algorithm in stage_comms:
-        rows.append(CommRow("stage", 1, comm.name, distributed.comm_time(comm, groups, topology, algorithm)))
-    return rows
+            hidden = layer_s / max(count, 1) if comm.name == "fsdp_weight_gather" else 0.0
+            parts.append(functools.partial(CommRow, kind, count, comm.name, result, hidden))
+            total += count * comm_row_s(result, hidden)
+    for comm, result in zip(stage_comms, distributed.route_times(stage_routes, topology), strict=True):
+        parts.append(functools.partial(CommRow, "stage", 1, comm.name, result))
+        total += 1 * comm_row_s(result, 0.0)
+    return parts, total
 
 
 def _microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
@@ -353,10 +405,17 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     for m, micro in zip(_microbatch_options(scenario, s), micros, strict=True):
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1
         candidate: PhaseResult | None = None  # the bottleneck stage
-        for stage in stages:
-            phase = PhaseResult(_stage_rows(point, dev, micro, stage, layout, topology), multiplier, m, stage)
-            if candidate is None or phase.nominal_stage_s > candidate.nominal_stage_s:
+        # the last option's bottleneck stage first: one stage already as slow as the best option rules this
+        # option out (its bottleneck can only be slower), so its other stages need no timing
+        order = sorted(stages, key=lambda stage: stage != best.stage) if best is not None else stages
+        for stage in order:
+            parts, nominal_s = _stage_parts(point, dev, micro, stage, layout, topology)
+            phase = PhaseResult(parts, multiplier, m, stage, nominal_s)
+            if candidate is None or phase.nominal_stage_s > candidate.nominal_stage_s or (
+                    phase.nominal_stage_s == candidate.nominal_stage_s and stage < candidate.stage):
                 candidate = phase
+            if best is not None and candidate.time_at(1.0) >= best.time_at(1.0):
+                break
         if best is None or candidate.time_at(1.0) < best.time_at(1.0):
             best = candidate
     return best

@@ -115,11 +115,6 @@ class TopologyLevel:
         """Nodes (groups of inner devices) on this level."""
         return math.prod(self.dims)
 
-    @property
-    def framed(self) -> bool:
-        """Whether packet headers add bytes on this level's links."""
-        return self.packet_bytes is not None and self.header_bytes > 0
-
     def wire_bytes(self, payload_B: np.ndarray) -> np.ndarray:
         """Bytes a flow occupies on one of this level's links: payload plus ceil(payload/packet)·header.
 
@@ -129,9 +124,14 @@ class TopologyLevel:
         Returns:
             Wire bytes per flow, same shape (the input itself when the level has no framing).
         """
-        if not self.framed:
-            return payload_B
-        return payload_B + np.ceil(payload_B / self.packet_bytes) * self.header_bytes
+        return framed_bytes(payload_B, self.packet_bytes, self.header_bytes)
+
+
+def framed_bytes(payload_B: np.ndarray, packet_bytes: int | None, header_bytes: int) -> np.ndarray:
+    """Wire bytes of flows of ``payload_B`` on links with this framing (see :meth:`TopologyLevel.wire_bytes`)."""
+    if packet_bytes is None or header_bytes <= 0:
+        return payload_B
+    return payload_B + np.ceil(payload_B / packet_bytes) * header_bytes
 
 
 @dataclass(frozen=True)
@@ -155,6 +155,20 @@ class NetworkTopology:
     def structure(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """Topology and dims of each level: all that routing depends on (the memoisation key of routes)."""
         return tuple((level.topology, tuple(level.dims)) for level in self.levels)
+
+    @functools.cached_property
+    def framing(self) -> tuple[tuple[int | None, int], ...]:
+        """(packet bytes, header bytes) of each level: with the structure, all a flow's wire bytes depend on."""
+        return tuple((level.packet_bytes, level.header_bytes) for level in self.levels)
+
+    @functools.cached_property
+    def hop_latencies_s(self) -> tuple[float, ...]:
+        return tuple(level.hop_latency_s for level in self.levels)
+
+    @functools.cached_property
+    def link_bw_column(self) -> np.ndarray:
+        """Each level's link bandwidth, B/s, as a (levels × 1) column (to divide per-level loads by)."""
+        return readonly(np.array([[level.link_bw_Bps] for level in self.levels]))
 
     @functools.cached_property
     def level_links(self) -> tuple[int, ...]:
@@ -497,10 +511,6 @@ def _pair_latency(structure, hop_latencies_s: tuple[float, ...]) -> np.ndarray:
     return readonly(np.asarray(hop_latencies_s) @ _incidence(structure).hops)
 
 
-def _hop_latencies(topology: NetworkTopology) -> tuple[float, ...]:
-    return tuple(level.hop_latency_s for level in topology.levels)
-
-
 def _route_dense(topology: NetworkTopology, full: np.ndarray) -> RoutedFlows:
     """Eq. 4 for a flattened N² payload vector (index s·N + d, zero diagonal): one mat-vec per level."""
     active = full > 0
@@ -511,7 +521,7 @@ def _route_dense(topology: NetworkTopology, full: np.ndarray) -> RoutedFlows:
     link_bytes = tuple(
         by_link @ level.wire_bytes(full) for level, by_link in zip(topology.levels, incidence.by_link, strict=True)
     )
-    latency = float(_pair_latency(topology.structure, _hop_latencies(topology))[active].max())
+    latency = float(_pair_latency(topology.structure, topology.hop_latencies_s)[active].max())
     return _finish(topology, link_bytes, latency, flows)
 
 
@@ -549,7 +559,7 @@ def _route_sparse(topology: NetworkTopology, pairs: np.ndarray, payload: np.ndar
             np.bincount(link, weights=level.wire_bytes(payload)[flow_idx], minlength=n_links)
             for level, (flow_idx, link), n_links in zip(topology.levels, links, topology.level_links, strict=True)
         )
-    latency = float((np.asarray(_hop_latencies(topology)) @ hops).max())
+    latency = float((np.asarray(topology.hop_latencies_s) @ hops).max())
     return _finish(topology, link_bytes, latency, len(pairs))
 
 
@@ -644,7 +654,7 @@ def _route_chunk(topology: NetworkTopology, flows: list[tuple[np.ndarray, np.nda
         cell = np.repeat(step, lengths) * n_links + by_pair.indices[positions]
         loads = np.bincount(cell, weights=np.repeat(level.wire_bytes(payload), lengths), minlength=n_steps * n_links)
         per_level.append(loads.reshape(n_steps, n_links))
-    latency = np.asarray(_hop_latencies(topology)) @ incidence.hops[:, pairs]
+    latency = np.asarray(topology.hop_latencies_s) @ incidence.hops[:, pairs]
     counts = np.bincount(step, minlength=n_steps)
     starts = np.cumsum(counts) - counts
     busy = counts > 0

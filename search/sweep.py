@@ -205,7 +205,7 @@ def chunk_points(tasks: int) -> int:
     return max(1, min(CHUNK_POINTS, math.ceil(tasks / MIN_CHUNKS)))
 
 
-def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, dask_run) -> list[dict]:
+def _run(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks) -> list[dict]:
     """Evaluate a tier chunk by chunk (resuming finished chunks) and merge the rows in chunk order."""
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
@@ -223,25 +223,44 @@ def _run(tier: str, tasks: list[SweepTask], workers: int, log: ChunkLog, dask_ru
         results[index] = rows
 
     if todo:
-        if dask_run is not None:
-            dask_run(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
-        elif workers <= 1 or len(todo) == 1:
-            for index in todo:
-                done(index, evaluate_chunk(chunks[index]))
-        else:
-            # One hardware point is evaluated here before the workers fork: they start with its routing plans,
-            # operator tunings and schedules in their caches instead of each building the same ones again (the
-            # worker that gets that point finds it all memoised).
-            evaluate_chunk(chunks[todo[0]][:1])
-            gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
-            try:
-                with ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context()) as pool:
-                    futures = {pool.submit(evaluate_chunk, chunks[i]): i for i in todo}
-                    for future in as_completed(futures):
-                        done(futures[future], future.result())
-            finally:
-                gc.unfreeze()
+        run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
     return [row for index in range(len(chunks)) for row in results[index]]
+
+
+def _serial(evaluate, chunks: list[tuple[int, list]], done) -> None:
+    for index, chunk in chunks:
+        done(index, evaluate(chunk))
+
+
+@contextlib.contextmanager
+def _local_session(workers: int):
+    """A pool of ``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator
+    tunings, stage plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``.
+
+    The pool forks after the parent has evaluated the first chunk itself: every worker then starts with that
+    point's routing plans, which every other point on the same network structure reuses, instead of each
+    building them again."""
+    pool = None
+
+    def run(evaluate, chunks: list[tuple[int, list]], done) -> None:
+        nonlocal pool
+        if pool is None:
+            (index, chunk), chunks = chunks[0], chunks[1:]
+            done(index, evaluate(chunk))
+            if not chunks:
+                return
+            gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context())
+        futures = {pool.submit(evaluate, chunk): index for index, chunk in chunks}
+        for future in as_completed(futures):
+            done(futures[future], future.result())
+
+    try:
+        yield run
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+            gc.unfreeze()
 
 
 def _best_per_hardware(rows: list[dict], objective: str) -> dict[str, dict]:
@@ -291,19 +310,22 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     started = time.perf_counter()
 
     with contextlib.ExitStack() as stack:
-        dask_run = None
         if backend == "dask":
             from deepstack.search.dask_backend import session
 
-            dask_run = stack.enter_context(session(scheduler, workers))
-        return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, workers, with_ttft, log,
-                            dask_run, started)
+            run_chunks = stack.enter_context(session(scheduler, workers))
+        elif workers > 1:
+            run_chunks = stack.enter_context(_local_session(workers))
+        else:
+            run_chunks = _serial
+        return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
+                            started)
 
 
-def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, workers, with_ttft, log, dask_run,
+def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
                  started) -> SweepResult:
     def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
-        return _run(name, tasks(points), workers, log, dask_run)
+        return _run(name, tasks(points), log, run_chunks)
 
     def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
         return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft) for p in points]
