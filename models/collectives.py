@@ -432,20 +432,24 @@ def _step_latency(plan: _Plan, hop_latencies_s: tuple[float, ...]) -> np.ndarray
 
 @functools.lru_cache(maxsize=8192)
 def _busiest_link_bytes(plan: _Plan, S: float, framing: tuple) -> np.ndarray:
-    """(levels × steps) wire bytes on each uniform step's busiest link of each level at size S: eq. 4's
-    congestion but for the link speeds, so a bandwidth sweep computes it once."""
+    """(levels × steps) wire bytes on each step's busiest link of each level at size S: eq. 4's congestion but
+    for the link speeds, so a bandwidth sweep computes it once. When each step's flows carry one size, the
+    busiest link of a level is the one most flows cross (so its bytes are that count × the flow's wire bytes,
+    exactly what the full sum gives); otherwise every link's bytes are summed."""
     payload = plan.cell_payload * S
-    return readonly(np.array([framed_bytes(payload, packet, header) * peaks
-                              for (packet, header), peaks in zip(framing, plan.cell_peaks, strict=True)]))
+    if plan.uniform:
+        return readonly(np.array([framed_bytes(payload, packet, header) * peaks
+                                  for (packet, header), peaks in zip(framing, plan.cell_peaks, strict=True)]))
+    busiest = np.zeros((len(framing), len(plan.counts)))
+    for level, ((packet, header), counts) in enumerate(zip(framing, plan.link_counts, strict=True)):
+        if counts.shape[1]:
+            per_cell = framed_bytes(payload, packet, header)[:, None] * counts
+            busiest[level] = np.add.reduceat(per_cell, plan.cell_starts, axis=0).max(axis=1)
+    return readonly(busiest)
 
 
 def _latency_congestion(plan: _Plan, S: float, topology: NetworkTopology) -> tuple[np.ndarray, np.ndarray]:
-    """Eq. 4's latency and congestion of every step, without the bytes of every link: when each step's flows
-    carry one size, the busiest link of a level is the one most flows cross (so its bytes are that count × the
-    flow's wire bytes, exactly what the full sum gives)."""
-    if not plan.uniform:
-        latency, congestion, _, _ = _timed_steps(plan, S, topology)
-        return latency, congestion
+    """Eq. 4's latency and congestion of every step, without keeping the bytes of every link."""
     congestion = (_busiest_link_bytes(plan, S, topology.framing) / topology.link_bw_column).max(axis=0)
     return _step_latency(plan, topology.hop_latencies_s), congestion
 
@@ -616,6 +620,27 @@ def _usable(op: str, groups: tuple, structure) -> tuple[str, ...]:
                  and (op, algorithm) != ("all_to_all", "pairwise"))
 
 
+@dataclass(frozen=True, eq=False)
+class _Ranking:
+    """The plans an "auto" ranking times, per collective, groups and network structure."""
+
+    usable: tuple[str, ...]  # algorithms ranked, in listed order
+    plans: dict  # flat algorithm → its plan
+    uniform: tuple[str, ...]  # flat algorithms whose steps each carry one flow size: timed in one joint pass
+    joint: _Plan | None  # their plans joined
+    starts: tuple[int, ...]  # where each one's steps start in the joint plan (plus the end)
+
+
+@functools.lru_cache(maxsize=8192)
+def _ranking(op: str, groups: tuple, structure) -> _Ranking:
+    usable = _usable(op, groups, structure)
+    flat = [algorithm for algorithm in usable if algorithm != "hierarchical"]
+    plans = {algorithm: _plan(op, algorithm, groups, structure) for algorithm in flat}
+    uniform = tuple(algorithm for algorithm in flat if plans[algorithm].uniform)
+    joint, starts = _joint_plan(op, uniform, groups, structure) if uniform else (None, ())
+    return _Ranking(usable, plans, uniform, joint, starts)
+
+
 @functools.lru_cache(maxsize=8192)
 def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
     """The fastest applicable algorithm (first listed wins ties); (algorithm, time) of every applicable one; the
@@ -626,42 +651,39 @@ def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhea
     link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
     instead of one — it can never be faster than direct here, and it is the costliest to route.
     """
-    usable = _usable(op, groups, topology.structure)
-    flat = [algorithm for algorithm in usable if algorithm != "hierarchical"]
-    plans = {algorithm: _plan(op, algorithm, groups, topology.structure) for algorithm in flat}
-    # plans whose steps each carry one flow size are timed together in one pass; the others one by one
-    uniform = tuple(algorithm for algorithm in flat if plans[algorithm].uniform)
+    r = _ranking(op, groups, topology.structure)
     timed: dict[str, tuple] = {}  # algorithm → (counts, latency, congestion) of its steps
-    if uniform:
-        joint, starts = _joint_plan(op, uniform, groups, topology.structure)
-        latency, congestion = _latency_congestion(joint, S, topology)
-        for algorithm, first, end in zip(uniform, starts, starts[1:], strict=False):
-            part = slice(first, end)
-            timed[algorithm] = (joint.counts[part], latency[part], congestion[part])
-    for algorithm in flat:
-        if algorithm not in timed:
-            timed[algorithm] = (plans[algorithm].counts, *_latency_congestion(plans[algorithm], S, topology))
     totals: dict[str, float] = {}
-    for algorithm, (counts, latency, congestion) in timed.items():
-        # count × step time summed one step at a time: the very figures the winner's steps below add up to
-        weighted = (counts * (latency + congestion + overhead_s)).tolist()
-        totals[algorithm] = min(weighted) if algorithm == "double_tree" else sum(weighted)
+    if r.uniform:
+        latency, congestion = _latency_congestion(r.joint, S, topology)
+        # count × step time, summed one step at a time: the very figures the winner's steps below add up to
+        weighted = (r.joint.counts * (latency + congestion + overhead_s)).tolist()
+        for algorithm, first, end in zip(r.uniform, r.starts, r.starts[1:], strict=False):
+            part = slice(first, end)
+            timed[algorithm] = (r.joint.counts[part], latency[part], congestion[part])
+            totals[algorithm] = min(weighted[part]) if algorithm == "double_tree" else sum(weighted[part])
+    for algorithm, plan in r.plans.items():
+        if algorithm not in timed:
+            timed[algorithm] = (plan.counts, *_latency_congestion(plan, S, topology))
+            counts, latency, congestion = timed[algorithm]
+            each = (counts * (latency + congestion + overhead_s)).tolist()
+            totals[algorithm] = min(each) if algorithm == "double_tree" else sum(each)
     phases = []
-    if "hierarchical" in usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
+    if "hierarchical" in r.usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
         inner_groups, rails, a = _hierarchy(groups, topology)
         phases = [_ranked("reduce_scatter", S, inner_groups, topology, overhead_s),
                   _ranked("all_reduce", S / a, rails, topology, overhead_s),
                   _ranked("all_gather", S / a, inner_groups, topology, overhead_s)]
         hierarchical_steps = tuple(step for phase in phases for step in phase[2])
         totals["hierarchical"] = sum(step[0] * step[1] for step in hierarchical_steps)
-    times = [(algorithm, totals[algorithm]) for algorithm in usable]
+    times = [(algorithm, totals[algorithm]) for algorithm in r.usable]
     best = min(times, key=lambda item: item[1])[0]
     if best == "hierarchical":
         steps = hierarchical_steps
         level_bytes = tuple(sum(parts) for parts in zip(*(phase[3] for phase in phases), strict=True))
     else:
         steps, chosen = _steps_of(best, *timed[best], overhead_s)
-        level_bytes = _plan_level_bytes(plans[best], chosen, S, topology.framing)
+        level_bytes = _plan_level_bytes(r.plans[best], chosen, S, topology.framing)
     return best, tuple(times), steps, level_bytes
 
 

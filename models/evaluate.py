@@ -386,12 +386,18 @@ def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
     return scenario.model_copy(update={"batch": math.ceil(scenario.batch / microbatches)})
 
 
+@functools.lru_cache(maxsize=4096)
+def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...]) -> tuple:
+    """The distinct GEMMs of a phase's workloads (the same on every device)."""
+    return tuple(dict.fromkeys(_gemms(op for micro in micros for stage in stages
+                                      for layer in build_workload(micro.model, micro, attention, ffn, pp, stage)
+                                      for op in layer.ops)))
+
+
 @functools.lru_cache(maxsize=16384)
 def _prepare(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...], dev: DeviceSpec) -> None:
     """Tune every GEMM of the phase's workloads in one batch (once per workload and device)."""
-    prepare_gemms(_gemms(op for micro in micros for stage in stages
-                         for layer in build_workload(micro.model, micro, attention, ffn, pp, stage)
-                         for op in layer.ops), dev)
+    prepare_gemms(_phase_gemms(micros, attention, ffn, pp, stages), dev)
 
 
 def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
