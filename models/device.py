@@ -95,6 +95,14 @@ class DeviceSpec:
 
 
 @functools.lru_cache(maxsize=4096)
+def timing_device(dev: DeviceSpec) -> DeviceSpec:
+    """The first device seen that times like ``dev`` (equal in every field but area, TDP and thermal limits).
+    Timing memo tables keyed on it then hit by identity, instead of comparing two equal devices field by field
+    on every lookup (the NoC bandwidth variants of a sweep differ in area but often not in PE count)."""
+    return dev
+
+
+@functools.lru_cache(maxsize=4096)
 def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, connected_layers: int | None = None,
                    network: Network | None = None, sram: SramOption | None = None,
                    noc_bw_scale: float = 1.0) -> DeviceSpec:

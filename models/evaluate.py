@@ -13,7 +13,7 @@ from deepstack.models import distributed, thermal
 from deepstack.models import dram as dram_model
 from deepstack.models import power as power_model
 from deepstack.models.collectives import CollectiveResult
-from deepstack.models.device import DeviceSpec, resolve_device
+from deepstack.models.device import DeviceSpec, resolve_device, timing_device
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.operators import OpTiming, overlap_time_s, prepare_gemms, time_op, tune_gemm_overlapped
 from deepstack.models.parallel import MEMORY_RESERVE, memory_footprint, representative_stages
@@ -22,6 +22,7 @@ from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, Sram
 
 GiB = 1024**3
 DVFS_BISECTION_STEPS = 40  # halvings of the frequency interval: far below any meaningful precision
+CLOCKS_KEPT = 4  # per run of rows, the clocks whose re-timed rows are kept (see RowRun.scaled_weights)
 MIN_CLOCK_SCALE = 1e-3  # a design that needs a clock 1000× below nominal to fit its TDP cannot run at all
 
 
@@ -124,7 +125,37 @@ class RowRun(tuple):
     def __new__(cls, rows):
         run = super().__new__(cls, rows)
         run.weights = tuple(r.weighted_s for r in run)
+        run._scaled, run._energies = {}, {}
         return run
+
+    def scaled_weights(self, scale: float) -> tuple[float, ...]:
+        """count × time of each row at ``scale`` × the nominal clock (kept per clock: DVFS settles on one
+        clock per device, and the run is shared by every design point on it)."""
+        found = self._scaled.get(scale)
+        if found is None:
+            if len(self._scaled) >= CLOCKS_KEPT:  # the power wall's bisection tries many clocks once each
+                self._scaled.clear()
+            found = self._scaled[scale] = tuple(r.count * r.time_at(scale) for r in self)
+        return found
+
+    def energies(self, coefficients: power_model.EnergyCoefficients) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(core, DRAM) energy of each row at the nominal clock (see :func:`row_energy_J`), kept per device."""
+        found = self._energies.get(coefficients)
+        if found is None:
+            terms = [row_energy_J(r, coefficients) for r in self]
+            found = self._energies[coefficients] = (tuple(c for c, _ in terms), tuple(d for _, d in terms))
+        return found
+
+
+def row_energy_J(r: OpRow | OverlapRow, coefficients: power_model.EnergyCoefficients) -> tuple[float, float]:
+    """(core energy at the nominal clock, DRAM energy) of a row's operator, count times."""
+    t = r.timing
+    core = r.count * (t.matrix_flops * coefficients.matrix_J_per_flop
+                      + t.vector_flops * coefficients.vector_J_per_flop
+                      + t.sfu_ops * coefficients.sfu_J_per_op
+                      + t.l0_B * coefficients.l0_J_per_B + t.l1_B * coefficients.l1_J_per_B
+                      + t.l2_B * coefficients.l2_J_per_B)
+    return core, r.count * t.dram_B * coefficients.dram_J_per_B
 
 
 def weighted_sum(parts, total: float = 0.0) -> float:
@@ -157,20 +188,31 @@ class PhaseResult:
             self.nominal_stage_s = weighted_sum(self.parts)
 
     @functools.cached_property
+    def made(self) -> list:
+        """The parts with every row made (runs of rows stay runs)."""
+        return [part() if isinstance(part, functools.partial) else part for part in self.parts]
+
+    @functools.cached_property
     def rows(self) -> list[Row]:
         """The rows in order."""
         out: list[Row] = []
-        for part in self.parts:
+        for part in self.made:
             if isinstance(part, RowRun):
                 out.extend(part)
             else:
-                out.append(part() if isinstance(part, functools.partial) else part)
+                out.append(part)
         return out
 
     def stage_time_at(self, scale: float) -> float:
         if scale == 1.0:
             return self.nominal_stage_s
-        return sum(r.count * r.time_at(scale) for r in self.rows)
+        total = 0  # Σ count × time at this clock, added row by row in order
+        for part in self.made:
+            if isinstance(part, RowRun):
+                total = sum(part.scaled_weights(scale), total)
+            else:
+                total += part.count * part.time_at(scale)
+        return total
 
     def time_at(self, scale: float) -> float:
         return self.time_multiplier * self.stage_time_at(scale)
@@ -179,18 +221,17 @@ class PhaseResult:
                  noc_J_per_B: tuple[float, ...], devices: int) -> tuple[float, float, float]:
         """(core energy — ∝ V² ∝ f² —, DRAM energy, network energy) of one step on one device."""
         core = dram = noc = 0.0
-        for r in self.rows:
-            if isinstance(r, OpRow | OverlapRow):
-                t = r.timing
-                core += r.count * (t.matrix_flops * coefficients.matrix_J_per_flop
-                                   + t.vector_flops * coefficients.vector_J_per_flop
-                                   + t.sfu_ops * coefficients.sfu_J_per_op
-                                   + t.l0_B * coefficients.l0_J_per_B + t.l1_B * coefficients.l1_J_per_B
-                                   + t.l2_B * coefficients.l2_J_per_B)
-                dram += r.count * t.dram_B * coefficients.dram_J_per_B
-            if isinstance(r, CommRow | OverlapRow):
-                for level, total_bytes in enumerate(r.result.level_bytes):
-                    noc += r.count * total_bytes * noc_J_per_B[level] / devices
+        for part in self.made:
+            if isinstance(part, RowRun):
+                core_J, dram_J = part.energies(coefficients)
+                core, dram = sum(core_J, core), sum(dram_J, dram)
+                continue
+            if isinstance(part, OpRow | OverlapRow):
+                core_J, dram_J = row_energy_J(part, coefficients)
+                core, dram = core + core_J, dram + dram_J
+            if isinstance(part, CommRow | OverlapRow):
+                for level, total_bytes in enumerate(part.result.level_bytes):
+                    noc += part.count * total_bytes * noc_J_per_B[level] / devices
         m = self.microbatches
         return core * scale**2 * m, dram * m, noc * m
 
@@ -507,13 +548,14 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True)
     scenario = point.scenario
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
                          point.noc_bw_scale)
-    coefficients = power_model.coefficients(dev)
+    timed_on = timing_device(dev)
+    coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = _noc_J_per_B(point)
-    main = run_phase(point, dev, scenario)
+    main = run_phase(point, timed_on, scenario)
     scale, step_s, power_w = _clock_scale(main, dev, coefficients, noc_J_per_B, devices)
     if scenario.phase == "decode" and with_ttft:
-        ttft_s = run_phase(point, dev, scenario.model_copy(update={"phase": "prefill"})).time_at(scale)
+        ttft_s = run_phase(point, timed_on, scenario.model_copy(update={"phase": "prefill"})).time_at(scale)
     elif scenario.phase == "decode":
         ttft_s = math.nan
     else:

@@ -10,6 +10,7 @@ datapath energy must stay below it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -68,6 +69,7 @@ class EnergyCoefficients:
     dram_J_per_B: float
 
 
+@functools.lru_cache(maxsize=4096)
 def coefficients(device) -> EnergyCoefficients:
     """Energies for a :class:`~deepstack.models.device.DeviceSpec`. Register files are small banked arrays
     (Horowitz's 8 KB point); L1 and L2 by their capacity."""

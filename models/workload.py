@@ -300,6 +300,17 @@ class LayerOps:
     ops: tuple[Op, ...]
 
 
+@functools.lru_cache(maxsize=65536)
+def _interned(item):
+    """The first of equal operators (or layers) built: memo tables keyed on them then find them by identity
+    instead of comparing equal ones field by field (each schedule builds its own, mostly equal, operators)."""
+    return item
+
+
+def _layer(kind: str, layers: int, ops: tuple) -> LayerOps:
+    return _interned(LayerOps(kind, layers, tuple(_interned(op) for op in ops)))
+
+
 @functools.lru_cache(maxsize=4096)
 def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
                    stage: int = 0, context_len: int | None = None) -> tuple[LayerOps, ...]:
@@ -312,17 +323,17 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
     out: list[LayerOps] = []
     if share.first_stage:
         d = model.hidden
-        out.append(LayerOps("embedding", 1, (Vector("embedding", share.tokens * d, share.tokens * d * w,
+        out.append(_layer("embedding", 1, (Vector("embedding", share.tokens * d, share.tokens * d * w,
                                                     share.tokens * d * a, segment_bytes=d * w),)))
     if share.dense_layers:
-        out.append(LayerOps("dense", share.dense_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, False))))
+        out.append(_layer("dense", share.dense_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, False))))
     if share.moe_layers:
-        out.append(LayerOps("moe", share.moe_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, True))))
+        out.append(_layer("moe", share.moe_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, True))))
     if share.last_stage:
         d = model.hidden
         rows = share.requests if phase == "prefill" else share.tokens  # logits of the last position only
         vocab = ceil_div(model.vocab, ffn.tp)
-        out.append(LayerOps("lm_head", 1, (
+        out.append(_layer("lm_head", 1, (
             Vector("final_norm", rows * d, rows * d * a, rows * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d),
             Gemm("lm_head", rows, vocab, d, a_bytes=a, b_bytes=w, c_bytes=4.0),
             Vector("sampling", rows * vocab, rows * vocab * 4.0, rows * 8.0, SOFTMAX_FLOPS_PER_ELEMENT, 1.0),
