@@ -12,6 +12,7 @@ points) and ``summary.json`` to its output folder.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import csv
 import functools
@@ -22,7 +23,7 @@ import json
 import math
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,20 +65,35 @@ class SweepTask:
     with_ttft: bool
 
 
-def _hardware_feasible(space: DesignSpace, hw: HardwarePoint) -> bool:
-    """At least one PE fits the area budget (the area model decides, as in the CP-SAT tables)."""
+def _device(space: DesignSpace, hw: HardwarePoint):
+    """The device a hardware point resolves to, or None when no PE fits the area budget (the area model
+    decides, as in the CP-SAT tables)."""
     from deepstack.models.device import resolve_device
 
     sram = next(o for o in space.hardware.sram if o.name == hw.sram)
     chip = catalog.load("chips", hw.chip)
     try:
-        resolve_device(chip, hw.stacked_layers, hw.connected_layers,
-                       scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
-                       None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
-                       and sram.l1_bw_scale == 1.0 else sram)
+        return resolve_device(chip, hw.stacked_layers, hw.connected_layers,
+                              scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
+                              None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
+                              and sram.l1_bw_scale == 1.0 else sram)
     except UserInputError:
-        return False
-    return True
+        return None
+
+
+def _hardware_feasible(space: DesignSpace, hw: HardwarePoint) -> bool:
+    return _device(space, hw) is not None
+
+
+def _affinity_order(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
+    """The points with those that time alike next to each other (same chip, stacking, SRAM and PE count: the
+    NoC variants of a tier differ in area, which may or may not cost a PE), so a worker's block of chunks
+    reuses one device's operator tables. A pure function of the points: a resumed sweep cuts the same chunks."""
+    def key(hw: HardwarePoint) -> tuple:
+        dev = _device(space, hw)
+        return (hw.chip, hw.stacked_layers or 0, hw.connected_layers or 0, hw.sram, dev.pes if dev else 0)
+
+    return sorted(points, key=key)
 
 
 @functools.lru_cache(maxsize=64)
@@ -234,32 +250,50 @@ def _serial(evaluate, chunks: list[tuple[int, list]], done) -> None:
 
 @contextlib.contextmanager
 def _local_session(workers: int):
-    """A pool of ``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator
-    tunings, stage plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``.
+    """``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator tunings, stage
+    plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``.
 
-    The pool forks after the parent has evaluated the first chunk itself: every worker then starts with that
-    point's routing plans, which every other point on the same network structure reuses, instead of each
-    building them again."""
-    pool = None
+    The workers fork after the parent has evaluated the first chunk itself: each then starts with that point's
+    routing plans, which every other point on the same network structure reuses. Each worker owns a contiguous
+    block of a tier's chunks (a tier lists points that share a device next to each other, see
+    :func:`_affinity_order`), so it builds a device's operator tables once instead of every worker building
+    them; a worker that runs out takes chunks from the far end of the longest remaining block."""
+    pools: list[ProcessPoolExecutor] = []
 
     def run(evaluate, chunks: list[tuple[int, list]], done) -> None:
-        nonlocal pool
-        if pool is None:
+        if not pools:
             (index, chunk), chunks = chunks[0], chunks[1:]
             done(index, evaluate(chunk))
             if not chunks:
                 return
             gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=_fork_context())
-        futures = {pool.submit(evaluate, chunk): index for index, chunk in chunks}
-        for future in as_completed(futures):
-            done(futures[future], future.result())
+            pools.extend(ProcessPoolExecutor(max_workers=1, mp_context=_fork_context()) for _ in range(workers))
+        share = math.ceil(len(chunks) / workers)
+        blocks = [collections.deque(chunks[i:i + share]) for i in range(0, len(chunks), share)]
+        blocks += [collections.deque() for _ in range(workers - len(blocks))]
+        running = {}
+
+        def submit(worker: int) -> None:
+            block = blocks[worker] if blocks[worker] else max(blocks, key=len)
+            if block:
+                index, chunk = block.popleft() if block is blocks[worker] else block.pop()
+                running[pools[worker].submit(evaluate, chunk)] = (worker, index)
+
+        for worker in range(workers):
+            submit(worker)
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                worker, index = running.pop(future)
+                done(index, future.result())
+                submit(worker)
 
     try:
         yield run
     finally:
-        if pool is not None:
+        for pool in pools:
             pool.shutdown(cancel_futures=True)
+        if pools:
             gc.unfreeze()
 
 
@@ -302,7 +336,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
         raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
     design_space = load_space(space)
     space_ref = space or "default"
-    fingerprint = json.dumps({"chunking": [CHUNK_POINTS, MIN_CHUNKS], "mode": mode,
+    fingerprint = json.dumps({"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
                               "space": design_space.model_dump(mode="json"),
                               "scenario": scenario.model_dump(mode="json"), "objectives": objectives,
                               "ttft": with_ttft}, sort_keys=True)
@@ -328,7 +362,8 @@ def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_
         return _run(name, tasks(points), log, run_chunks)
 
     def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
-        return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft) for p in points]
+        return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft)
+                for p in _affinity_order(design_space, points)]
 
     tiers = []
     if mode == "exhaustive":
