@@ -269,9 +269,18 @@ def _op_rows(layer: LayerOps, dev: DeviceSpec) -> tuple[tuple[object, tuple[OpRo
     the same layers on the same device many times)."""
     out = []
     for op in layer.ops:
-        label, timings = _choose(op, dev) if isinstance(op, Choice) else ("", (time_op(op, dev),))
+        label, timings = _op_timings(op, dev)
         out.append((op, tuple(OpRow(layer.kind, layer.layers * op.count, t, label) for t in timings)))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=65536)
+def _op_timings(op, dev: DeviceSpec) -> tuple[str, tuple[OpTiming, ...]]:
+    """An operator's timings when it runs alone (a choice: its fastest option's, and that option's label)."""
+    if isinstance(op, Choice):
+        label, timings = _choose(op, dev)
+        return label, tuple(timings)
+    return "", (time_op(op, dev),)
 
 
 def _choose(op: Choice, dev: DeviceSpec) -> tuple[str, list[OpTiming]]:
@@ -295,14 +304,24 @@ class _LayerPlan:
     comms: tuple  # the collectives that move data, in order
     routes: tuple  # their routes (distributed.route), in the same order
     partner: dict  # name of a GEMM → index in ``comms`` of the collective it overlaps (eq. 5)
-    segments: tuple  # runs of stand-alone rows and overlapped GEMMs, in order (see _segments)
+    segments: tuple = ()  # runs of stand-alone rows and overlapped GEMMs, in order (see _segments)
 
 
 @functools.lru_cache(maxsize=65536)
 def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceSpec, layout,
                 networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
-    """The layers of a pipeline stage and the stage's own collectives (PP sends), as open plans: which
-    collectives move data, and on which groups, depends on the layout, not on link speeds or latencies."""
+    """The layers of a pipeline stage on a device and the stage's own collectives (PP sends), as open plans."""
+    layers, stage_comms = _stage_routes(scenario, schedule, stage, layout, networked)
+    return tuple(_LayerPlan(plan.layer, plan.comms, plan.routes, plan.partner,
+                            _segments(plan.layer, dev, frozenset(plan.partner))) for plan in layers), stage_comms
+
+
+@functools.lru_cache(maxsize=65536)
+def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
+                  networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
+    """The layers of a pipeline stage and the collectives that move data, with their routes (without the
+    device's rows): which collectives move data, and on which groups, depends on the layout, not on the device,
+    link speeds or latencies."""
     model = scenario.model
     share_a = device_share(model, scenario, schedule.attention, schedule.pp, stage)
     share_f = device_share(model, scenario, schedule.ffn, schedule.pp, stage)
@@ -325,7 +344,7 @@ def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceS
             target = comm.after or comm.before
             if target and target not in partner:
                 partner[target] = index
-        layers.append(_LayerPlan(layer, comms, routes, partner, _segments(layer, dev, frozenset(partner))))
+        layers.append(_LayerPlan(layer, comms, routes, partner))
     return tuple(layers), moving(distributed.stage_comms(model, scenario, schedule, share_a))
 
 
