@@ -598,8 +598,8 @@ def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float):
         k = int(np.argmin(counts * (latency + congestion + overhead_s)))
         return ((int(counts[k]), float(latency[k] + congestion[k] + overhead_s), float(latency[k]),
                  float(congestion[k])),), k
-    return tuple((int(c), float(lat + cong + overhead_s), float(lat), float(cong))
-                 for c, lat, cong in zip(counts, latency, congestion, strict=True)), None
+    return tuple((c, lat + cong + overhead_s, lat, cong)  # Python numbers: the same doubles, made faster
+                 for c, lat, cong in zip(counts.tolist(), latency.tolist(), congestion.tolist(), strict=True)), None
 
 
 @functools.lru_cache(maxsize=8192)

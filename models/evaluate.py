@@ -297,14 +297,25 @@ def _choose(op: Choice, dev: DeviceSpec) -> tuple[str, list[OpTiming]]:
 
 
 @dataclass(frozen=True, eq=False)
-class _LayerPlan:
-    """One layer's rows with its collectives left open: all that every network of one structure shares."""
+class _LayerRoutes:
+    """One layer and the collectives that move data in it: all that every device and network of one structure
+    share."""
 
     layer: LayerOps
     comms: tuple  # the collectives that move data, in order
     routes: tuple  # their routes (distributed.route), in the same order
     partner: dict  # name of a GEMM → index in ``comms`` of the collective it overlaps (eq. 5)
-    segments: tuple = ()  # runs of stand-alone rows and overlapped GEMMs, in order (see _segments)
+
+
+@dataclass(frozen=True, eq=False)
+class _LayerPlan:
+    """One layer's rows on a device with its collectives left open (their results come from the network)."""
+
+    kind: str
+    count: int  # layers of this kind
+    routes: tuple  # the collectives' routes, in order
+    steps: tuple  # runs of stand-alone rows, and (GEMM, index of its collective, row count, collective's name)
+    loose: tuple  # (index, name, whether FSDP prefetches it) of the collectives no GEMM overlaps, in order
 
 
 @functools.lru_cache(maxsize=65536)
@@ -312,13 +323,28 @@ def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceS
                 networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
     """The layers of a pipeline stage on a device and the stage's own collectives (PP sends), as open plans."""
     layers, stage_comms = _stage_routes(scenario, schedule, stage, layout, networked)
-    return tuple(_LayerPlan(plan.layer, plan.comms, plan.routes, plan.partner,
-                            _segments(plan.layer, dev, frozenset(plan.partner))) for plan in layers), stage_comms
+    return tuple(_layer_plan(plan, dev) for plan in layers), stage_comms
+
+
+def _layer_plan(plan: _LayerRoutes, dev: DeviceSpec) -> _LayerPlan:
+    kind, count = plan.layer.kind, plan.layer.layers
+    steps, overlapped = [], set()
+    for segment in _segments(plan.layer, dev, frozenset(plan.partner)):
+        if isinstance(segment, RowRun):
+            steps.append(segment)
+            continue
+        index = plan.partner[segment.name]
+        steps.append((segment, index, count * segment.count, plan.comms[index].name))
+        overlapped.add(index)
+    # FSDP prefetches the next layer's weights behind this layer's compute
+    loose = tuple((index, comm.name, comm.name == "fsdp_weight_gather") for index, comm in enumerate(plan.comms)
+                  if index not in overlapped)
+    return _LayerPlan(kind, count, plan.routes, tuple(steps), loose)
 
 
 @functools.lru_cache(maxsize=65536)
 def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
-                  networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
+                  networked: bool) -> tuple[tuple[_LayerRoutes, ...], tuple]:
     """The layers of a pipeline stage and the collectives that move data, with their routes (without the
     device's rows): which collectives move data, and on which groups, depends on the layout, not on the device,
     link speeds or latencies."""
@@ -344,7 +370,7 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
             target = comm.after or comm.before
             if target and target not in partner:
                 partner[target] = index
-        layers.append(_LayerPlan(layer, comms, routes, partner))
+        layers.append(_LayerRoutes(layer, comms, routes, partner))
     return tuple(layers), moving(distributed.stage_comms(model, scenario, schedule, share_a))
 
 
@@ -359,28 +385,23 @@ def _stage_parts(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage:
     total = 0.0
     for plan in layers:
         results = distributed.route_times(plan.routes, topology)
-        kind, count = plan.layer.kind, plan.layer.layers
+        kind, count = plan.kind, plan.count
         layer_s = 0  # the layer's compute rows, which FSDP's weight prefetch hides behind
-        used = set()
-        for segment in plan.segments:
-            if isinstance(segment, RowRun):
-                parts.append(segment)
-                total, layer_s = sum(segment.weights, total), sum(segment.weights, layer_s)
+        for step in plan.steps:
+            if isinstance(step, RowRun):
+                parts.append(step)
+                total, layer_s = sum(step.weights, total), sum(step.weights, layer_s)
                 continue
-            index = plan.partner[segment.name]
-            comm, result = plan.comms[index], results[index]
-            timing = tune_gemm_overlapped(segment, dev, result.time_s - result.latency_s, result.latency_s)
-            n = count * segment.count
-            parts.append(functools.partial(OverlapRow, kind, n, timing, comm.name, result))
+            gemm, index, n, name = step
+            result = results[index]
+            timing = tune_gemm_overlapped(gemm, dev, result.time_s - result.latency_s, result.latency_s)
+            parts.append(functools.partial(OverlapRow, kind, n, timing, name, result))
             weighted = n * overlap_row_s(timing, result, 1.0)
             total, layer_s = total + weighted, layer_s + weighted
-            used.add(comm.name)
-        for comm, result in zip(plan.comms, results, strict=True):
-            if comm.name in used:
-                continue
-            # FSDP prefetches the next layer's weights behind this layer's compute
-            hidden = layer_s / max(count, 1) if comm.name == "fsdp_weight_gather" else 0.0
-            parts.append(functools.partial(CommRow, kind, count, comm.name, result, hidden))
+        for index, name, prefetched in plan.loose:
+            result = results[index]
+            hidden = layer_s / max(count, 1) if prefetched else 0.0
+            parts.append(functools.partial(CommRow, kind, count, name, result, hidden))
             total += count * comm_row_s(result, hidden)
     for comm, result in zip(stage_comms, distributed.route_times(stage_routes, topology), strict=True):
         parts.append(functools.partial(CommRow, "stage", 1, comm.name, result))
@@ -509,6 +530,7 @@ class Report:
         return out
 
 
+@functools.lru_cache(maxsize=4096)
 def device_effective_bw_Bps(dev: DeviceSpec) -> float:
     """Sustained DRAM bandwidth of the device: full-row transactions, half of every PE's L1 in flight (double
     buffering) against the access latency (Little), and the PEs' L1 fill bandwidth (eq. 3)."""
@@ -612,7 +634,8 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True)
     }
     return Report(
         feasible=not violations, violations=violations, metrics=metrics,
-        hardware=_hardware(point, dev, devices), schedule=_schedule(s, devices, main),
+        hardware=_hardware(point, dev, devices), schedule={**_schedule(s, devices), "microbatches": main.microbatches,
+                                                           "collectives": dict(s.collectives)},
         scenario=_scenario(scenario),
         breakdown=_breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B, devices, point)
         if breakdown else {},
@@ -640,10 +663,12 @@ def _hardware(point: DesignPoint, dev: DeviceSpec, devices: int) -> dict:
     }
 
 
-def _schedule(s: Schedule, devices: int, phase: PhaseResult) -> dict:
+@functools.lru_cache(maxsize=16384)
+def _schedule(s: Schedule, devices: int) -> dict:
+    """The report's schedule entries but the microbatch count and the collectives (the caller adds them to a
+    copy: a sweep reports each schedule on many hardware points)."""
     return {"text": str(s), "devices": devices, "attention": s.attention.model_dump(), "ffn": s.ffn.model_dump(),
-            "pp": s.pp, "fsdp": s.fsdp, "microbatches": phase.microbatches,
-            "collectives": dict(s.collectives)}
+            "pp": s.pp, "fsdp": s.fsdp}
 
 
 def _scenario(sc: Scenario) -> dict:
