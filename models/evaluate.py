@@ -470,9 +470,14 @@ def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
 @functools.lru_cache(maxsize=4096)
 def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...]) -> tuple:
     """The distinct GEMMs of a phase's workloads (the same on every device)."""
-    return tuple(dict.fromkeys(_gemms(op for micro in micros for stage in stages
-                                      for layer in build_workload(micro.model, micro, attention, ffn, pp, stage)
-                                      for op in layer.ops)))
+    layers = dict.fromkeys(layer for micro in micros for stage in stages
+                           for layer in build_workload(micro.model, micro, attention, ffn, pp, stage))
+    return tuple(dict.fromkeys(g for layer in layers for g in _layer_gemms(layer)))
+
+
+@functools.lru_cache(maxsize=65536)
+def _layer_gemms(layer: LayerOps) -> tuple:
+    return tuple(dict.fromkeys(_gemms(layer.ops)))
 
 
 @functools.lru_cache(maxsize=16384)

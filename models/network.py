@@ -758,4 +758,4 @@ def device_groups(
     size = sizes[index]
     ranks = np.arange(total).reshape(-1, size, stride)  # (outer, this dim, inner) in C order
     groups = ranks.transpose(0, 2, 1).reshape(-1, size)
-    return tuple(tuple(int(r) for r in group) for group in groups)
+    return tuple(map(tuple, groups.tolist()))
