@@ -1,0 +1,62 @@
+"""The sweep's local worker pool and the order it hands points to workers (search/sweep.py)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+from deepstack.search import sweep
+from deepstack.search.space import base_points, load_space, with_level_bw
+
+
+def _pid_and_square(chunk: list[int]) -> list[tuple[int, int]]:
+    """A chunk's evaluation for the pool tests: which process ran it, and a result to check. Chunks of the first
+    block (values < 6) are slow, so the other worker runs out first and must take some of them."""
+    if chunk[0] < 6:
+        time.sleep(0.05)
+    return [(os.getpid(), x * x) for x in chunk]
+
+
+def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
+    tiers: list[dict[int, list]] = []
+    with sweep._local_session(2) as run:
+        for _ in range(2):  # two tiers through the same pool
+            finished: dict[int, list] = {}
+
+            def done(index: int, rows: list, finished=finished) -> None:
+                assert index not in finished, f"chunk {index} evaluated twice"
+                finished[index] = rows
+
+            run(_pid_and_square, [(index, [index, index + 100]) for index in range(12)], done)
+            assert sorted(finished) == list(range(12))
+            assert all([x for _, x in finished[i]] == [i * i, (i + 100) ** 2] for i in range(12))
+            tiers.append(finished)
+
+    def pids(finished: dict[int, list], indices) -> set[int]:
+        return {pid for i in indices for pid, _ in finished[i]}
+
+    parent = os.getpid()
+    assert pids(tiers[0], [0]) == {parent}  # the parent evaluates the first chunk, then the workers fork
+    workers = pids(tiers[0], range(1, 12))
+    assert len(workers) == 2 and parent not in workers
+    assert pids(tiers[1], range(12)) == workers, "the second tier ran on other processes"
+    # the slow first block is more than its worker can finish alone: the other takes chunks from its far end
+    assert pids(tiers[1], range(6)) == workers
+
+
+def test_affinity_order_puts_points_that_time_alike_next_to_each_other():
+    space = load_space("paper")
+    base = next(p for p in base_points(space) if p.chip == "standard" and p.noc == "tms1"
+                and p.stacked_layers == 6 and p.connected_layers == 2)
+    variants = [with_level_bw(base, scales)
+                for scales in itertools.product(space.hardware.level_bw_scale, repeat=3)]
+    ordered = sweep._affinity_order(space, variants)
+    assert sorted(ordered, key=repr) == sorted(variants, key=repr)
+    pes = [sweep._device(space, p).pes for p in ordered]
+    assert len(set(pes)) > 1, "every variant has the same PE count: the ordering would prove nothing"
+    assert pes == sorted(pes)  # one contiguous run per device
+    # within a device the tier's own order stays (a resumed sweep lists a tier's points in the same order)
+    for count in set(pes):
+        assert [p for p in ordered if sweep._device(space, p).pes == count] == [
+            p for p in variants if sweep._device(space, p).pes == count]
