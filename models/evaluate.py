@@ -103,6 +103,8 @@ class OverlapRow(_Timed):
 
 
 Row = OpRow | CommRow | OverlapRow
+COMPUTE_ROWS = (OpRow, OverlapRow)  # rows that run an operator (tuples: a union would be built per check)
+NETWORK_ROWS = (CommRow, OverlapRow)  # rows that move bytes on the network
 
 
 def comm_row_s(result: CollectiveResult, hidden_behind_s: float) -> float:
@@ -226,10 +228,10 @@ class PhaseResult:
                 core_J, dram_J = part.energies(coefficients)
                 core, dram = sum(core_J, core), sum(dram_J, dram)
                 continue
-            if isinstance(part, OpRow | OverlapRow):
+            if isinstance(part, COMPUTE_ROWS):
                 core_J, dram_J = row_energy_J(part, coefficients)
                 core, dram = core + core_J, dram + dram_J
-            if isinstance(part, CommRow | OverlapRow):
+            if isinstance(part, NETWORK_ROWS):
                 for level, total_bytes in enumerate(part.result.level_bytes):
                     noc += part.count * total_bytes * noc_J_per_B[level] / devices
         m = self.microbatches
@@ -713,11 +715,11 @@ def _breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float,
     flops = dram_B = l2_B = 0.0
     level_bytes: dict[int, float] = {}
     for r in phase.rows:
-        if isinstance(r, OpRow | OverlapRow):
+        if isinstance(r, COMPUTE_ROWS):
             flops += r.count * r.timing.matrix_flops * m
             dram_B += r.count * r.timing.dram_B * m
             l2_B += r.count * r.timing.l2_B * m
-        if isinstance(r, CommRow | OverlapRow):
+        if isinstance(r, NETWORK_ROWS):
             for level, total_bytes in enumerate(r.result.level_bytes):
                 level_bytes[level] = level_bytes.get(level, 0.0) + r.count * total_bytes * m
     utilization = {

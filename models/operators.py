@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -147,6 +147,14 @@ class _Candidates:
     l2_tile_B: np.ndarray
     l1_fill_B: np.ndarray
     l1_read_B: np.ndarray
+    records: dict = field(default_factory=dict, compare=False, repr=False)  # candidate → its timing record
+
+    @functools.cached_property
+    def overlap_terms(self) -> tuple[np.ndarray, ...]:
+        """What eq. 5 needs of every candidate whatever the collective: waves (≥ 1), waves − 1, the steady
+        state's compute, a wave's compute, and whether it runs in one wave."""
+        w = np.maximum(self.waves, 1)
+        return w, w - 1, (w - 1) * self.time_s / w, self.time_s / w, self.waves <= 1
 
 
 GEMM_BOUNDS = ("matrix", "vector", "l1", "l2", "dram")  # in _time_gemm's order: the first of equals is named
@@ -391,7 +399,15 @@ def _retime(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> 
 
 def _record(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> OpTiming:
     """The timing record of candidate ``i`` from the tuner's arrays: the very figures :func:`_retime` computes
-    with the scalar model (tests check it), without timing the candidate again."""
+    with the scalar model (tests check it), without timing the candidate again. Kept per candidate: the
+    overlapped tunings of one GEMM against many collective times mostly pick the same few tilings."""
+    found = c.records.get(i)
+    if found is None:
+        found = c.records[i] = _make_record(g, dev, c, i, swizzle)
+    return found
+
+
+def _make_record(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool) -> OpTiming:
     waves = tuple(WaveTiming(int(c.kind_count[k, i]), float(c.kind_clocked_s[k, i]), float(c.kind_dram_s[k, i]),
                              GEMM_BOUNDS[c.kind_bound[k, i]])
                   for k in (0, 1) if c.kind_count[k, i] > 0 and c.kind_active[k, i] > 0)
@@ -443,11 +459,11 @@ def tune_gemm_overlapped(g: Gemm, dev: DeviceSpec, comm_bw_s: float, latency_s: 
     """The tiling that minimises eq. 5 with the collective this GEMM feeds: small tiles give more waves to hide
     communication behind, large tiles more reuse (paper §4.1.5, Fig. 7)."""
     c = _candidates(g, dev)
+    w, w_less_1, steady_compute, wave_compute, single = c.overlap_terms
     serial = c.time_s + comm_bw_s + latency_s
-    w = np.maximum(c.waves, 1)
-    steady = np.maximum((w - 1) * c.time_s / w, (w - 1) * comm_bw_s / w + latency_s)
-    pipelined = c.time_s / w + comm_bw_s / w + latency_s + steady
-    overlapped = np.where(c.waves <= 1, serial, np.minimum(serial, pipelined))
+    steady = np.maximum(steady_compute, w_less_1 * comm_bw_s / w + latency_s)
+    pipelined = wave_compute + comm_bw_s / w + latency_s + steady
+    overlapped = np.where(single, serial, np.minimum(serial, pipelined))
     return _record(g, dev, c, int(np.argmin(overlapped)), True)
 
 

@@ -14,6 +14,8 @@ import functools
 import math
 from dataclasses import dataclass
 
+from deepstack.models.hashing import cached_hash, state_without_hash
+
 PJ = 1e-12
 
 FEATURE_SCALE = 57 / 160  # 45 nm → 7 nm capacitance: contacted poly pitch 160 nm (Intel 45 nm) → 57 nm (TSMC N7)
@@ -59,6 +61,9 @@ def sram_energy_J_per_B(array_B: float) -> float:
 @dataclass(frozen=True)
 class EnergyCoefficients:
     """Per-operation and per-byte energies of one device at nominal voltage (J)."""
+
+    __hash__ = cached_hash  # keys the energies each run of rows keeps per device
+    __getstate__ = state_without_hash
 
     matrix_J_per_flop: float
     vector_J_per_flop: float

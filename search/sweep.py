@@ -416,7 +416,7 @@ def _write(result: SweepResult, rows: list[dict], scenario: Scenario, space: Des
                                     extrasaction="ignore")
             writer.writeheader()
             for row in data:
-                writer.writerow({k: (json.dumps(v) if isinstance(v, list | tuple) else v) for k, v in row.items()})
+                writer.writerow({k: (json.dumps(v) if isinstance(v, (list, tuple)) else v) for k, v in row.items()})
     summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
                "wall_s": result.wall_s, "objectives": result.objectives, "tiers": result.tiers,
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
