@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from deepstack.errors import InfeasibleError
 from deepstack.models.device import resolve_device
-from deepstack.models.evaluate import DesignPoint, Report, evaluate
+from deepstack.models.evaluate import DesignPoint, Report, evaluate, prepare_phases
 from deepstack.models.parallel import enumerate_strategies, feasible_strategies
 
 OBJECTIVES = {  # name → (metric key, larger is better)
@@ -54,11 +54,10 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
             f"no schedule of {devices} devices fits: {dict(pruned)} strategies pruned by rule "
             f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
         )
-    evaluated = []
-    for strategy in kept:
-        schedule = strategy.to_schedule().model_copy(update={"collectives": point.schedule.collectives})
-        candidate = DesignPoint(**{**point.__dict__, "schedule": schedule})
-        evaluated.append((evaluate(candidate, with_ttft=False, breakdown=False), candidate))
+    candidates = [DesignPoint(**{**point.__dict__, "schedule": strategy.to_schedule().model_copy(
+        update={"collectives": point.schedule.collectives})}) for strategy in kept]
+    prepare_phases(candidates)
+    evaluated = [(evaluate(candidate, with_ttft=False, breakdown=False), candidate) for candidate in candidates]
     evaluated.sort(key=lambda item: (item[0].feasible, _score(item[0], objective)), reverse=True)
     results = [report for report, _ in evaluated]
     best = evaluate(evaluated[0][1], with_ttft=True)

@@ -33,7 +33,7 @@ from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.models import tune_gc
-from deepstack.models.evaluate import evaluate
+from deepstack.models.evaluate import evaluate, prepare_phases
 from deepstack.models.parallel import feasible_strategies
 from deepstack.models.schedule_search import OBJECTIVES
 from deepstack.schema import DesignSpace, Scenario
@@ -112,12 +112,12 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     point = design_point(space, hw, scenario)
     capacity = _capacity_B(hw)
     kept, _ = feasible_strategies(scenario, point.devices, capacity)
+    points = [(strategy, design_point(space, hw, scenario, strategy.to_schedule())) for strategy in kept
+              if strategy.fsdp in space.schedule.fsdp]
+    prepare_phases(p for _, p in points)
     rows = []
-    for strategy in kept:
-        if strategy.fsdp not in space.schedule.fsdp:
-            continue
-        report = evaluate(design_point(space, hw, scenario, strategy.to_schedule()), with_ttft=task.with_ttft,
-                          breakdown=False)
+    for strategy, candidate in points:
+        report = evaluate(candidate, with_ttft=task.with_ttft, breakdown=False)
         metrics = report.metrics
         rows.append({**hw.as_dict(), "schedule": strategy.label, "fsdp": strategy.fsdp,
                      "feasible": report.feasible, **{k: metrics[k] for k in METRIC_COLUMNS if k in metrics}})
