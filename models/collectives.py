@@ -641,7 +641,42 @@ def _ranking(op: str, groups: tuple, structure) -> _Ranking:
     return _Ranking(usable, plans, uniform, joint, starts)
 
 
-@functools.lru_cache(maxsize=8192)
+@functools.lru_cache(maxsize=4096)
+def _crossed_levels(groups: tuple, structure) -> tuple[bool, ...]:
+    """Per level, whether any flow among the groups' members crosses it: a flow crosses a level exactly when
+    its two devices differ in that level's digit of the device id (every device has a port into every level)."""
+    members = np.asarray(groups, dtype=np.int64)
+    crossed, stride = [], 1
+    for _, dims in structure:
+        radix = math.prod(dims)
+        digit = (members // stride) % radix
+        crossed.append(bool((digit.min(axis=1) != digit.max(axis=1)).any()))
+        stride *= radix
+    return tuple(crossed)
+
+
+class _SeenBy:
+    """A topology as the collectives on some groups see it: the speeds and hop latencies of levels their flows
+    never cross cannot change their times or bytes (those levels carry nothing and add no hops), so rankings
+    are memoised on this view: a bandwidth sweep re-ranks a collective only when a level it crosses changed."""
+
+    __slots__ = ("_hash", "_key", "topology")
+
+    def __init__(self, topology: NetworkTopology, groups: tuple):
+        crossed = _crossed_levels(groups, topology.structure)
+        self.topology = topology
+        self._key = (topology.structure, topology.framing,
+                     tuple((level.link_bw_Bps, level.hop_latency_s) if used else None
+                           for level, used in zip(topology.levels, crossed, strict=True)))
+        self._hash = hash(self._key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _SeenBy) and self._key == other._key
+
+
 def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):
     """The fastest applicable algorithm (first listed wins ties); (algorithm, time) of every applicable one; the
     winner's steps as (count, time, latency, congestion of one step) — the figures its full :class:`_Run`
@@ -651,6 +686,12 @@ def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhea
     link's bytes are spread over steps (Σ of per-step maxima ≥ the maximum of the sum) and it pays p−1 latencies
     instead of one — it can never be faster than direct here, and it is the costliest to route.
     """
+    return _ranked_on(op, S, groups, _SeenBy(topology, groups), overhead_s)
+
+
+@functools.lru_cache(maxsize=8192)
+def _ranked_on(op: str, S: float, groups: tuple, seen: _SeenBy, overhead_s: float):
+    topology = seen.topology
     r = _ranking(op, groups, topology.structure)
     timed: dict[str, tuple] = {}  # algorithm → (counts, latency, congestion) of its steps
     totals: dict[str, float] = {}

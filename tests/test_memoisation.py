@@ -52,3 +52,31 @@ def test_a_search_evaluation_without_breakdown_has_the_same_metrics(case):
     lean = evaluate(point, breakdown=False).as_dict()
     assert lean["breakdown"] == {} and full["breakdown"]
     assert {k: v for k, v in lean.items() if k != "breakdown"} == {k: v for k, v in full.items() if k != "breakdown"}
+
+
+# TMS1 is 4 (switch) × 2×2 (mesh) × 4×4 (torus) = 256 devices, innermost level first.
+INSIDE_LEVEL_1 = tuple(tuple(range(start, start + 4)) for start in range(0, 256, 4))
+ACROSS_LEVEL_3 = tuple(tuple(range(start, 256, 16)) for start in range(16))
+
+
+def _summary(result) -> tuple:
+    return (result.algorithm, result.time_s, result.latency_s, result.congestion_s, result.level_bytes,
+            result.candidates)
+
+
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "all_to_all"])
+def test_a_collective_reused_across_speeds_of_levels_it_never_crosses_equals_a_cold_one(op):
+    """Rankings are shared between networks that differ only in levels the groups' flows never cross; a
+    collective timed on one network after another must equal the same collective timed from cold."""
+    from deepstack.models.collectives import collective_time
+    from deepstack.search.space import scaled_network
+
+    base, faster_top = scaled_network("tms1", 1.0, (1.0, 1.0, 1.0)), scaled_network("tms1", 1.0, (1.0, 1.0, 2.0))
+    for groups, top_level_matters in ((INSIDE_LEVEL_1, False), (ACROSS_LEVEL_3, True)):
+        clear_caches()
+        cold = _summary(collective_time(op, 1 << 20, groups, faster_top))
+        clear_caches()
+        on_base = _summary(collective_time(op, 1 << 20, groups, base))
+        after_base = _summary(collective_time(op, 1 << 20, groups, faster_top))
+        assert after_base == cold
+        assert (on_base != cold) == top_level_matters  # the faster top level helps only groups that cross it
