@@ -488,6 +488,7 @@ def _prepare(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tupl
     prepare_gemms(_phase_gemms(micros, attention, ffn, pp, stages), dev)
 
 
+@functools.lru_cache(maxsize=16384)
 def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tuple[Scenario, ...]]:
     """The pipeline stages a phase times and the scenario of one microbatch of each option."""
     stages = tuple(representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import csv
+import dataclasses
 import functools
 import gc
 import hashlib
@@ -112,14 +113,15 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     point = design_point(space, hw, scenario)
     capacity = _capacity_B(hw)
     kept, _ = feasible_strategies(scenario, point.devices, capacity)
-    points = [(strategy, design_point(space, hw, scenario, strategy.to_schedule())) for strategy in kept
+    points = [(strategy, dataclasses.replace(point, schedule=strategy.to_schedule())) for strategy in kept
               if strategy.fsdp in space.schedule.fsdp]
     prepare_phases(p for _, p in points)
+    hardware = hw.as_dict()
     rows = []
     for strategy, candidate in points:
         report = evaluate(candidate, with_ttft=task.with_ttft, breakdown=False)
         metrics = report.metrics
-        rows.append({**hw.as_dict(), "schedule": strategy.label, "fsdp": strategy.fsdp,
+        rows.append({**hardware, "schedule": strategy.label, "fsdp": strategy.fsdp,
                      "feasible": report.feasible, **{k: metrics[k] for k in METRIC_COLUMNS if k in metrics}})
     return rows
 
