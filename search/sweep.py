@@ -406,19 +406,31 @@ def _front(rows: list[dict], objectives: list[str]) -> list[dict]:
     return sorted(front, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
 
 
+def _csv_cells(rows: list[dict], names: list[str]):
+    """Each row's cells in column order: lists as JSON (encoded once per distinct list), missing keys empty."""
+    encoded: dict[tuple, str] = {}
+    for row in rows:
+        cells = []
+        for name in names:
+            value = row.get(name, "")
+            if isinstance(value, (list, tuple)):
+                key = tuple(value)
+                value = encoded.get(key) or encoded.setdefault(key, json.dumps(list(value)))
+            cells.append(value)
+        yield cells
+
+
 def _write(result: SweepResult, rows: list[dict], scenario: Scenario, space: DesignSpace) -> None:
     out = Path(result.out)
     out.mkdir(parents=True, exist_ok=True)
     columns = ["chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale", "level_bw_scales",
                "schedule", "fsdp", "feasible", *METRIC_COLUMNS]
     for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
+        names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
         with open(out / name, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns + ([o for o in result.objectives if o not in columns]
-                                                              if name == "pareto.csv" else []),
-                                    extrasaction="ignore")
-            writer.writeheader()
-            for row in data:
-                writer.writerow({k: (json.dumps(v) if isinstance(v, (list, tuple)) else v) for k, v in row.items()})
+            writer = csv.writer(fh)
+            writer.writerow(names)
+            writer.writerows(_csv_cells(data, names))
     summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
                "wall_s": result.wall_s, "objectives": result.objectives, "tiers": result.tiers,
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
