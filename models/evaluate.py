@@ -662,7 +662,7 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True)
     }
     return Report(
         feasible=not violations, violations=violations, metrics=metrics,
-        hardware=_hardware(point, dev, devices), schedule={**_schedule(s, devices), "microbatches": main.microbatches,
+        hardware=_hardware(point, devices), schedule={**_schedule(s, devices), "microbatches": main.microbatches,
                                                            "collectives": dict(s.collectives)},
         scenario=_scenario(scenario),
         breakdown=_breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B, devices, point)
@@ -670,10 +670,21 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True)
     )
 
 
-def _hardware(point: DesignPoint, dev: DeviceSpec, devices: int) -> dict:
+def _hardware(point: DesignPoint, devices: int) -> dict:
+    entries = _hardware_entries(point.chip, point.network, point.stacked_layers, point.connected_layers, point.sram,
+                                point.noc_bw_scale, devices)
+    return {**entries, "area_per_device_mm2": dict(entries["area_per_device_mm2"])}
+
+
+@functools.lru_cache(maxsize=4096)
+def _hardware_entries(chip: ChipArchitecture, network: Network | None, stacked_layers: int | None,
+                      connected_layers: int | None, sram: SramOption | None, noc_bw_scale: float,
+                      devices: int) -> dict:
+    """The report's hardware entries (one hardware point is reported with every schedule of a search)."""
+    dev = resolve_device(chip, stacked_layers, connected_layers, network, sram, noc_bw_scale)
     return {
-        "chip": point.chip.name,
-        "noc": point.network.name if point.network is not None else None,
+        "chip": chip.name,
+        "noc": network.name if network is not None else None,
         "devices": devices,
         "pes_per_device": dev.pes,
         "stacked_layers": dev.dram.stacked_layers,
