@@ -15,14 +15,20 @@ from deepstack.models import power as power_model
 from deepstack.models.collectives import CollectiveResult
 from deepstack.models.device import DeviceSpec, resolve_device, timing_device
 from deepstack.models.hashing import HashedTuple
-from deepstack.models.operators import OpTiming, overlap_time_s, prepare_gemms, time_op, tune_gemm_overlapped
+from deepstack.models.operators import (
+    CLOCKS_KEPT,
+    OpTiming,
+    overlap_time_s,
+    prepare_gemms,
+    time_op,
+    tune_gemm_overlapped,
+)
 from deepstack.models.parallel import MEMORY_RESERVE, memory_footprint, representative_stages
 from deepstack.models.workload import Choice, Gemm, LayerOps, build_workload, device_share
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 GiB = 1024**3
 DVFS_BISECTION_STEPS = 40  # halvings of the frequency interval: far below any meaningful precision
-CLOCKS_KEPT = 4  # per run of rows, the clocks whose re-timed rows are kept (see RowRun.scaled_weights)
 MIN_CLOCK_SCALE = 1e-3  # a design that needs a clock 1000× below nominal to fit its TDP cannot run at all
 
 
@@ -449,6 +455,7 @@ def run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseR
 
 def clear_phase_memo() -> None:
     _PHASES.clear()
+    _TUNED.clear()
 
 
 def _gemms(ops):
@@ -470,11 +477,11 @@ def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
 
 
 @functools.lru_cache(maxsize=4096)
-def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...]) -> tuple:
+def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...]) -> HashedTuple:
     """The distinct GEMMs of a phase's workloads (the same on every device)."""
     layers = dict.fromkeys(layer for micro in micros for stage in stages
                            for layer in build_workload(micro.model, micro, attention, ffn, pp, stage))
-    return tuple(dict.fromkeys(g for layer in layers for g in _layer_gemms(layer)))
+    return HashedTuple(dict.fromkeys(g for layer in layers for g in _layer_gemms(layer)))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -482,10 +489,19 @@ def _layer_gemms(layer: LayerOps) -> tuple:
     return tuple(dict.fromkeys(_gemms(layer.ops)))
 
 
-@functools.lru_cache(maxsize=16384)
-def _prepare(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...], dev: DeviceSpec) -> None:
-    """Tune every GEMM of the phase's workloads in one batch (once per workload and device)."""
-    prepare_gemms(_phase_gemms(micros, attention, ffn, pp, stages), dev)
+_TUNED: set = set()  # (a phase's GEMMs, device) pairs already tuned
+TUNED_KEPT = 65536  # pairs remembered (forgetting one only costs a check of its GEMMs again)
+
+
+def _tune(phases: dict, dev: DeviceSpec) -> None:
+    """Tune the GEMMs of the phases (``_phase_gemms`` tuples) not yet tuned on ``dev``, in one batch."""
+    todo = [gemms for gemms in phases if (gemms, dev) not in _TUNED]
+    if not todo:
+        return
+    prepare_gemms(dict.fromkeys(g for gemms in todo for g in gemms), dev)
+    if len(_TUNED) + len(todo) > TUNED_KEPT:
+        _TUNED.clear()
+    _TUNED.update((gemms, dev) for gemms in todo)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -505,9 +521,9 @@ def prepare_phases(points) -> None:
                                            point.sram, point.noc_bw_scale))
         s = point.schedule
         stages, micros = _phase_shape(point.scenario, s)
-        batches.setdefault(dev, {}).update(dict.fromkeys(_phase_gemms(micros, s.attention, s.ffn, s.pp, stages)))
-    for dev, gemms in batches.items():
-        prepare_gemms(gemms, dev)
+        batches.setdefault(dev, {})[_phase_gemms(micros, s.attention, s.ffn, s.pp, stages)] = None
+    for dev, phases in batches.items():
+        _tune(phases, dev)
 
 
 def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
@@ -515,7 +531,7 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     topology = distributed.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = distributed.layouts(scenario.model, scenario, s) if topology is not None else None
     stages, micros = _phase_shape(scenario, s)
-    _prepare(micros, s.attention, s.ffn, s.pp, stages, dev)
+    _tune({_phase_gemms(micros, s.attention, s.ffn, s.pp, stages): None}, dev)
     best: PhaseResult | None = None
     for m, micro in zip(_microbatch_options(scenario, s), micros, strict=True):
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1

@@ -31,6 +31,7 @@ ACCUMULATOR_SHARE_OF_L0 = 0.5  # registers left for accumulators after operands 
 L2_RESIDENT_SHARE = 0.5  # a tensor stays in L2 between operators if it fits in half of it (inferred)
 ATTENTION_KV_BLOCKS = (16, 32, 64, 128)  # keys per pipeline stage searched (FlashAttention-2 uses 64–128)
 WAVE_BOUNDS = ("matrix", "vector", "sfu", "l1", "l2", "dram")
+CLOCKS_KEPT = 4  # clocks whose re-timed results a timing (or a run of rows) keeps: DVFS settles on one per device
 VECTOR_OPERAND_BYTES = 12  # an element-wise FP32 op reads two 4-byte operands and writes one from registers
 
 
@@ -70,10 +71,18 @@ class OpTiming:
 
 
     def time_at(self, clock_scale: float) -> float:
-        """Time at ``clock_scale`` × the nominal clock (DRAM time does not scale)."""
+        """Time at ``clock_scale`` × the nominal clock (DRAM time does not scale). The last few clocks asked for
+        are kept: DVFS settles on one clock per device, and timing records are shared by many design points."""
         if clock_scale == 1.0:
             return self.time_s  # the same sum, computed when the timing was made
-        return self.prologue_s + sum(w.count * max(w.clocked_s / clock_scale, w.fixed_s) for w in self.wave_timings)
+        kept = self.__dict__.setdefault("_times_at", {})  # not a field: equality and hashing ignore it
+        found = kept.get(clock_scale)
+        if found is None:
+            if len(kept) >= CLOCKS_KEPT:
+                kept.clear()
+            found = kept[clock_scale] = self.prologue_s + sum(w.count * max(w.clocked_s / clock_scale, w.fixed_s)
+                                                              for w in self.wave_timings)
+        return found
 
     @property
     def wave_compute_s(self) -> float:
