@@ -255,17 +255,24 @@ def _local_session(workers: int):
     """``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator tunings, stage
     plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``.
 
-    The workers fork after the parent has evaluated the first chunk itself: each then starts with that point's
-    routing plans, which every other point on the same network structure reuses. Each worker owns a contiguous
-    block of a tier's chunks (a tier lists points that share a device next to each other, see
+    The workers fork after the parent has evaluated a chunk itself: each then starts with that point's routing
+    plans and workloads, which every other point on the same network structure reuses. Each worker owns a
+    contiguous block of a tier's chunks (a tier lists points that share a device next to each other, see
     :func:`_affinity_order`), so it builds a device's operator tables once instead of every worker building
     them; a worker that runs out takes chunks from the far end of the longest remaining block."""
     pools: list[ProcessPoolExecutor] = []
 
     def run(evaluate, chunks: list[tuple[int, list]], done) -> None:
         if not pools:
-            (index, chunk), chunks = chunks[0], chunks[1:]
-            done(index, evaluate(chunk))
+            # The parent warms what the workers inherit with the last chunk that yields rows: a tier lists its
+            # largest stackings last, and their feasible schedules include the smaller stackings' ones.
+            chunks = list(chunks)
+            while chunks:
+                index, chunk = chunks.pop()
+                rows = evaluate(chunk)
+                done(index, rows)
+                if rows:
+                    break
             if not chunks:
                 return
             gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)

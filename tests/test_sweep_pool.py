@@ -37,8 +37,8 @@ def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
         return {pid for i in indices for pid, _ in finished[i]}
 
     parent = os.getpid()
-    assert pids(tiers[0], [0]) == {parent}  # the parent evaluates the first chunk, then the workers fork
-    workers = pids(tiers[0], range(1, 12))
+    assert pids(tiers[0], [11]) == {parent}  # the parent evaluates the last chunk, then the workers fork
+    workers = pids(tiers[0], range(11))
     assert len(workers) == 2 and parent not in workers
     assert pids(tiers[1], range(12)) == workers, "the second tier ran on other processes"
     # the slow first block is more than its worker can finish alone: the other takes chunks from its far end
