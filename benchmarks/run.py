@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +97,6 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
     """Hierarchical sweep of a slice of the paper space (Standard chip on TMS1, every (m, n ≤ m) of the listed m,
     base SRAM, the paper's hop-latency and per-level bandwidth axes) for DeepSeek-V3 decode at batch 1024."""
     from deepstack.search.space import load_space
-    from deepstack.search.sweep import sweep
 
     paper = load_space("paper")
     hardware = paper.hardware.model_copy(update={
@@ -108,18 +109,31 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "paper-slice.json"
         path.write_text(space.model_dump_json())
-        for run in range(1 if quick else 3):  # whole sweeps, alternating 1 and 2 processes, every cache cleared
-            for workers in (1, 2):
-                clear_caches()
-                result = sweep(mode="hierarchical", space=str(path), scenario=scenario,
-                               objectives=["stps", "tokens_per_joule"], out=f"{folder}/sweep-{workers}-{run}",
-                               workers=workers)
-                rates[workers].append(result.evaluations / result.wall_s)
-                out[f"sweep evaluations ({workers})"] = result.evaluations
+        # whole sweeps, alternating 1 and 2 processes, each started from a fresh interpreter as `deepstack sweep`
+        # is (not from this process, whose heap the other measurements have grown)
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as fresh:
+            for run in range(1 if quick else 3):
+                for workers in (1, 2):
+                    evaluations, wall_s = fresh.submit(_one_sweep, str(path), scenario.model_dump_json(),
+                                                       f"{folder}/sweep-{workers}-{run}", workers).result()
+                    rates[workers].append(evaluations / wall_s)
+                    out[f"sweep evaluations ({workers})"] = evaluations
     for workers, runs in rates.items():
         out[f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"] = statistics.median(runs)
     out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
     return out
+
+
+def _one_sweep(space: str, scenario_json: str, out: str, workers: int) -> tuple[int, float]:
+    """One hierarchical sweep with every cache cleared: (evaluations, wall time in s)."""
+    from deepstack.models import tune_gc
+    from deepstack.search.sweep import sweep
+
+    tune_gc()  # as the CLI does
+    clear_caches()
+    result = sweep(mode="hierarchical", space=space, scenario=Scenario.model_validate_json(scenario_json),
+                   objectives=["stps", "tokens_per_joule"], out=out, workers=workers)
+    return result.evaluations, result.wall_s
 
 
 def _optuna_overhead() -> dict[str, float]:

@@ -182,8 +182,9 @@ def expected_active_experts(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
+@functools.lru_cache(maxsize=16384)  # schedules that share a device's attention share its operators
 def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float, w: float,
-                   kv: float) -> list[Op]:
+                   kv: float) -> tuple[Op, ...]:
     """Projections and core of one attention block (per layer)."""
     att = model.attention
     d = model.hidden
@@ -201,7 +202,7 @@ def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float
                              2 * hd * kv, act_bytes=a))
         ops.append(Gemm("o_proj", t, d, hq * hd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
-        return ops
+        return tuple(ops)
     # MLA (DeepSeek-V3): low-rank query and a compressed KV latent; the latent is cached (kv_lora + rope dims)
     q_rank, c_rank = att.q_lora_rank, att.kv_lora_rank
     nope, rope, vd = att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim
@@ -218,7 +219,7 @@ def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float
     ops.extend(_mla_core(share, phase, hq, c_rank, nope, rope, vd, a, w, latent_bytes))
     ops.append(Gemm("o_proj", t, d, hq * vd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                     epilogue_read_bytes=a))
-    return ops
+    return tuple(ops)
 
 
 def _mla_core(share: DeviceShare, phase: str, hq: int, c_rank: int, nope: int, rope: int, vd: int, a: float,
@@ -247,7 +248,8 @@ def _mla_core(share: DeviceShare, phase: str, hq: int, c_rank: int, nope: int, r
     return [Choice("mla_core", (("absorbed", tuple(absorbed)), ("non-absorbed", tuple(plain))))]
 
 
-def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: float, moe: bool) -> list[Op]:
+@functools.lru_cache(maxsize=16384)
+def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: float, moe: bool) -> tuple[Op, ...]:
     d = model.hidden
     t = share.tokens
     tp = ffn.tp
@@ -258,7 +260,7 @@ def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: f
                         epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
         ops.append(Gemm("down_proj", t, d, inter, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
-        return ops
+        return tuple(ops)
     m = model.moe
     experts = m.routed_experts
     ops.append(Gemm("router", t, experts, d, a_bytes=a, b_bytes=w, c_bytes=4.0))
@@ -285,7 +287,7 @@ def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: f
                         epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
         ops.append(Gemm("shared_down", t, d, shared, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
-    return ops
+    return tuple(ops)
 
 
 @dataclass(frozen=True)
