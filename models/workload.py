@@ -183,12 +183,12 @@ def expected_active_experts(experts: int, top_k: int, tokens: float) -> float:
 
 
 @functools.lru_cache(maxsize=16384)  # schedules that share a device's attention share its operators
-def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float, w: float,
-                   kv: float) -> tuple[Op, ...]:
-    """Projections and core of one attention block (per layer)."""
+def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, tp: int, phase: str, a: float,
+                   w: float, kv: float) -> tuple[Op, ...]:
+    """Projections and core of one attention block (per layer) for ``t`` tokens and ``requests`` requests of
+    ``q_len`` new and ``kv_len`` visible tokens (a device's share: only these, so every stage shares them)."""
     att = model.attention
     d = model.hidden
-    t = share.tokens
     hq = max(1, att.heads // tp)
     ops: list[Op] = [Vector("attn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
     if att.kind != "mla":
@@ -198,11 +198,11 @@ def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float
         norm = RMSNORM_FLOPS_PER_ELEMENT if att.qk_norm else 0
         ops.append(Vector("rope", t * (hq + hkv) * hd, t * (hq + hkv) * hd * a, t * (hq + 2 * hkv) * hd * kv,
                           ROPE_FLOPS_PER_ELEMENT + norm))
-        ops.append(Attention("attention", phase, share.requests, share.q_len, share.kv_len, hq // hkv, hkv, hd, hd,
+        ops.append(Attention("attention", phase, requests, q_len, kv_len, hq // hkv, hkv, hd, hd,
                              2 * hd * kv, act_bytes=a))
         ops.append(Gemm("o_proj", t, d, hq * hd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
-        return tuple(ops)
+        return _interned_ops(ops)
     # MLA (DeepSeek-V3): low-rank query and a compressed KV latent; the latent is cached (kv_lora + rope dims)
     q_rank, c_rank = att.q_lora_rank, att.kv_lora_rank
     nope, rope, vd = att.qk_nope_head_dim, att.qk_rope_head_dim, att.v_head_dim
@@ -216,32 +216,31 @@ def _attention_ops(model: LLM, share: DeviceShare, tp: int, phase: str, a: float
     ops.append(Vector("kv_a_norm_rope", t * (c_rank + rope), t * (c_rank + rope) * a, t * (c_rank + rope) * kv,
                       RMSNORM_FLOPS_PER_ELEMENT + ROPE_FLOPS_PER_ELEMENT))
     latent_bytes = (c_rank + rope) * kv
-    ops.extend(_mla_core(share, phase, hq, c_rank, nope, rope, vd, a, w, latent_bytes))
+    ops.extend(_mla_core(t, requests, q_len, kv_len, phase, hq, c_rank, nope, rope, vd, a, w, latent_bytes))
     ops.append(Gemm("o_proj", t, d, hq * vd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                     epilogue_read_bytes=a))
-    return tuple(ops)
+    return _interned_ops(ops)
 
 
-def _mla_core(share: DeviceShare, phase: str, hq: int, c_rank: int, nope: int, rope: int, vd: int, a: float,
-              w: float, latent_bytes: float) -> list[Op]:
+def _mla_core(t: int, r: int, q_len: int, kv_len: int, phase: str, hq: int, c_rank: int, nope: int, rope: int,
+              vd: int, a: float, w: float, latent_bytes: float) -> list[Op]:
     """MLA attention in the absorbed and the non-absorbed form; the evaluator times both and keeps the faster.
 
     Absorbed: fold W_UK into the query and W_UV after the output, attend over the latent (MQA-like, one KV
     stream shared by all heads). Non-absorbed: decompress every cached token into per-head K and V (kv_b_proj)
     and run ordinary MHA — cheap when the context is only the new tokens (prefill), costly in decode.
     """
-    t, r = share.tokens, share.requests
     absorbed: list[Op] = [
         Gemm("q_absorb", t, c_rank, nope, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
-        Attention("attention_mla_absorbed", phase, r, share.q_len, share.kv_len, hq, 1, c_rank + rope, c_rank,
+        Attention("attention_mla_absorbed", phase, r, q_len, kv_len, hq, 1, c_rank + rope, c_rank,
                   latent_bytes, act_bytes=a),
         Gemm("v_unabsorb", t, vd, c_rank, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
     ]
-    kv_tokens = r * share.kv_len
+    kv_tokens = r * kv_len
     plain: list[Op] = [
         Gemm("kv_b_proj", kv_tokens, hq * (nope + vd), c_rank, a_bytes=latent_bytes / (c_rank + rope), b_bytes=w,
              c_bytes=a),
-        Attention("attention_mla_plain", phase, r, share.q_len, share.kv_len, 1, hq, nope + rope, vd,
+        Attention("attention_mla_plain", phase, r, q_len, kv_len, 1, hq, nope + rope, vd,
                   (nope + rope + vd) * a, act_bytes=a),
     ]
 
@@ -249,9 +248,9 @@ def _mla_core(share: DeviceShare, phase: str, hq: int, c_rank: int, nope: int, r
 
 
 @functools.lru_cache(maxsize=16384)
-def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: float, moe: bool) -> tuple[Op, ...]:
+def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: bool) -> tuple[Op, ...]:
+    """The FFN (dense or MoE) of one layer for ``t`` tokens."""
     d = model.hidden
-    t = share.tokens
     tp = ffn.tp
     ops: list[Op] = [Vector("ffn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
     if not moe:
@@ -260,7 +259,7 @@ def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: f
                         epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
         ops.append(Gemm("down_proj", t, d, inter, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
-        return tuple(ops)
+        return _interned_ops(ops)
     m = model.moe
     experts = m.routed_experts
     ops.append(Gemm("router", t, experts, d, a_bytes=a, b_bytes=w, c_bytes=4.0))
@@ -287,7 +286,7 @@ def _ffn_ops(model: LLM, share: DeviceShare, ffn: ModuleParallel, a: float, w: f
                         epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
         ops.append(Gemm("shared_down", t, d, shared, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
-    return tuple(ops)
+    return _interned_ops(ops)
 
 
 @dataclass(frozen=True)
@@ -309,8 +308,13 @@ def _interned(item):
     return item
 
 
+def _interned_ops(ops) -> tuple[Op, ...]:
+    return tuple(_interned(op) for op in ops)
+
+
 def _layer(kind: str, layers: int, ops: tuple) -> LayerOps:
-    return _interned(LayerOps(kind, layers, tuple(_interned(op) for op in ops)))
+    """A layer of interned operators (the memoised builders below intern theirs once, when they make them)."""
+    return _interned(LayerOps(kind, layers, ops))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -321,23 +325,24 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
     a, w, kv = prec.activation_bytes, prec.weight_bytes, prec.kv_bytes
     share = device_share(model, scenario, attention, pp, stage, context_len)
     phase = scenario.phase
-    attn = tuple(_attention_ops(model, share, attention.tp, phase, a, w, kv))
+    attn = _attention_ops(model, share.tokens, share.requests, share.q_len, share.kv_len, attention.tp, phase, a, w,
+                          kv)
     out: list[LayerOps] = []
     if share.first_stage:
         d = model.hidden
-        out.append(_layer("embedding", 1, (Vector("embedding", share.tokens * d, share.tokens * d * w,
-                                                    share.tokens * d * a, segment_bytes=d * w),)))
+        out.append(_layer("embedding", 1, _interned_ops((Vector("embedding", share.tokens * d, share.tokens * d * w,
+                                                                  share.tokens * d * a, segment_bytes=d * w),))))
     if share.dense_layers:
-        out.append(_layer("dense", share.dense_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, False))))
+        out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, share.tokens, ffn, a, w, False)))
     if share.moe_layers:
-        out.append(_layer("moe", share.moe_layers, attn + tuple(_ffn_ops(model, share, ffn, a, w, True))))
+        out.append(_layer("moe", share.moe_layers, attn + _ffn_ops(model, share.tokens, ffn, a, w, True)))
     if share.last_stage:
         d = model.hidden
         rows = share.requests if phase == "prefill" else share.tokens  # logits of the last position only
         vocab = ceil_div(model.vocab, ffn.tp)
-        out.append(_layer("lm_head", 1, (
+        out.append(_layer("lm_head", 1, _interned_ops((
             Vector("final_norm", rows * d, rows * d * a, rows * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d),
             Gemm("lm_head", rows, vocab, d, a_bytes=a, b_bytes=w, c_bytes=4.0),
             Vector("sampling", rows * vocab, rows * vocab * 4.0, rows * 8.0, SOFTMAX_FLOPS_PER_ELEMENT, 1.0),
-        )))
+        ))))
     return tuple(out)
