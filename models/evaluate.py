@@ -47,7 +47,12 @@ class DesignPoint:
 
     @property
     def devices(self) -> int:
-        return self.network.devices if self.network is not None else self.schedule.devices
+        return _network_devices(self.network) if self.network is not None else self.schedule.devices
+
+
+@functools.lru_cache(maxsize=256)
+def _network_devices(network: Network) -> int:
+    return network.devices
 
 
 # --- rows of a forward pass: an operator, a collective, or a GEMM overlapped with its collective (eq. 5) ---
