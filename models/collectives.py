@@ -408,14 +408,13 @@ def _timed_steps(plan: _Plan, S: float, topology: NetworkTopology):
     """Eq. 4 for every step of a plan at size S: (latency, congestion, busiest-link bytes) per step and the
     bytes on every link of one execution of each step (per level, steps × links)."""
     n_steps = len(plan.counts)
-    single_cells = len(plan.cell_payload) == n_steps
     congestion = np.zeros(n_steps)
     peak = np.zeros(n_steps)
     loads = []
     for level, counts in zip(topology.levels, plan.link_counts, strict=True):
         wire = level.wire_bytes(plan.cell_payload * S)
         per_cell = wire[:, None] * counts
-        level_loads_ = per_cell if single_cells else np.add.reduceat(per_cell, plan.cell_starts, axis=0)
+        level_loads_ = per_cell if plan.uniform else np.add.reduceat(per_cell, plan.cell_starts, axis=0)
         loads.append(level_loads_)
         if level_loads_.shape[1]:
             level_peak = level_loads_.max(axis=1)
@@ -702,13 +701,12 @@ def _ranked_on(op: str, S: float, groups: tuple, seen: _SeenBy, overhead_s: floa
         for algorithm, first, end in zip(r.uniform, r.starts, r.starts[1:], strict=False):
             part = slice(first, end)
             timed[algorithm] = (r.joint.counts[part], latency[part], congestion[part])
-            totals[algorithm] = min(weighted[part]) if algorithm == "double_tree" else sum(weighted[part])
+            totals[algorithm] = _algorithm_time(algorithm, weighted[part])
     for algorithm, plan in r.plans.items():
         if algorithm not in timed:
             timed[algorithm] = (plan.counts, *_latency_congestion(plan, S, topology))
             counts, latency, congestion = timed[algorithm]
-            each = (counts * (latency + congestion + overhead_s)).tolist()
-            totals[algorithm] = min(each) if algorithm == "double_tree" else sum(each)
+            totals[algorithm] = _algorithm_time(algorithm, (counts * (latency + congestion + overhead_s)).tolist())
     phases = []
     if "hierarchical" in r.usable:  # reduce-scatter inside, all-reduce across, all-gather inside: each the fastest
         inner_groups, rails, a = _hierarchy(groups, topology)
@@ -726,6 +724,12 @@ def _ranked_on(op: str, S: float, groups: tuple, seen: _SeenBy, overhead_s: floa
         steps, chosen = _steps_of(best, *timed[best], overhead_s)
         level_bytes = _plan_level_bytes(r.plans[best], chosen, S, topology.framing)
     return best, tuple(times), steps, level_bytes
+
+
+def _algorithm_time(algorithm: str, weighted: list[float]) -> float:
+    """An algorithm's time from its steps' count × step time: their sum, added one step at a time — but the
+    double tree runs only its fastest chunk count (one step per count)."""
+    return min(weighted) if algorithm == "double_tree" else sum(weighted)
 
 
 def _best(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float):

@@ -510,10 +510,11 @@ def _tune(phases: dict, dev: DeviceSpec) -> None:
 
 
 @functools.lru_cache(maxsize=16384)
-def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tuple[Scenario, ...]]:
-    """The pipeline stages a phase times and the scenario of one microbatch of each option."""
+def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Scenario, ...]]:
+    """The pipeline stages a phase times, its microbatch options and the scenario of one microbatch of each."""
     stages = tuple(representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers))
-    return stages, tuple(_microbatch_scenario(scenario, m) for m in _microbatch_options(scenario, s))
+    options = tuple(_microbatch_options(scenario, s))
+    return stages, options, tuple(_microbatch_scenario(scenario, m) for m in options)
 
 
 def prepare_phases(points) -> None:
@@ -525,7 +526,7 @@ def prepare_phases(points) -> None:
         dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
                                            point.sram, point.noc_bw_scale))
         s = point.schedule
-        stages, micros = _phase_shape(point.scenario, s)
+        stages, _, micros = _phase_shape(point.scenario, s)
         batches.setdefault(dev, {})[_phase_gemms(micros, s.attention, s.ffn, s.pp, stages)] = None
     for dev, phases in batches.items():
         _tune(phases, dev)
@@ -535,10 +536,10 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     s = point.schedule
     topology = distributed.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = distributed.layouts(scenario.model, scenario, s) if topology is not None else None
-    stages, micros = _phase_shape(scenario, s)
+    stages, options, micros = _phase_shape(scenario, s)
     _tune({_phase_gemms(micros, s.attention, s.ffn, s.pp, stages): None}, dev)
     best: PhaseResult | None = None
-    for m, micro in zip(_microbatch_options(scenario, s), micros, strict=True):
+    for m, micro in zip(options, micros, strict=True):
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1
         candidate: PhaseResult | None = None  # the bottleneck stage
         # the last option's bottleneck stage first: one stage already as slow as the best option rules this

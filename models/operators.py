@@ -98,12 +98,6 @@ def _pow2_range(low: int, high: int) -> list[int]:
     return out or [low]
 
 
-def _edge_candidates(minimum: int, extent: int) -> list[int]:
-    """Tile edges: multiples of the minimum tile, powers of two, up to the extent (rounded up) or MAX_TILE."""
-    top = max(minimum, min(MAX_TILE, 1 << max(0, math.ceil(math.log2(max(extent, 1))))))
-    return _pow2_range(minimum, top)
-
-
 def _bound(parts: dict[str, float]) -> str:
     return max(parts, key=parts.get)
 
@@ -176,7 +170,8 @@ def _pow2_steps(minimum: np.ndarray, top: np.ndarray, count: int) -> tuple[np.nd
 
 
 def _edge_top(minimum: np.ndarray, extent: np.ndarray) -> np.ndarray:
-    """Vectorised upper end of :func:`_edge_candidates`."""
+    """The largest tile edge per row: the extent rounded up to a power of two, at least the minimum tile and at
+    most MAX_TILE (the candidate edges are the minimum tile times powers of two up to it)."""
     rounded = 1 << np.ceil(np.log2(np.maximum(extent, 1))).astype(np.int64)
     return np.maximum(minimum, np.minimum(MAX_TILE, rounded))
 

@@ -422,7 +422,9 @@ def _csv_cells(rows: list[dict], names: list[str]):
             value = row.get(name, "")
             if isinstance(value, (list, tuple)):
                 key = tuple(value)
-                value = encoded.get(key) or encoded.setdefault(key, json.dumps(list(value)))
+                if key not in encoded:
+                    encoded[key] = json.dumps(list(value))
+                value = encoded[key]
             cells.append(value)
         yield cells
 
