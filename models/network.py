@@ -372,7 +372,8 @@ def _incidence(structure) -> _Incidence:
 def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarray, cells: int):
     """How many of the flows ``src[i] → dst[i]`` cross every link, per cell (e.g. per step of a collective).
 
-    Routes only these flows (never the all-pairs incidence), so it is cheap for the few pairs of a collective.
+    Routes only these flows, so it is cheap for the few pairs of a collective; on a structure whose all-pairs
+    routes :func:`prepare` built, it gathers the flows' rows from those instead.
 
     Args:
         structure: a topology's :attr:`NetworkTopology.structure`.
@@ -384,6 +385,15 @@ def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarr
         ``(counts, hops)``: per level a (cells × links) int array of flows crossing each link, and the
         (levels × flows) link traversals of every flow.
     """
+    if structure in _PREPARED:  # the flows' routes are rows of the all-pairs incidence: gather them
+        incidence = _incidence(structure)
+        pairs = src * math.prod(math.prod(dims) for _, dims in structure) + dst
+        counts = []
+        for by_pair, n_links in zip(incidence.by_pair, _level_link_counts(structure), strict=True):
+            positions, lengths = _row_positions(by_pair, pairs)
+            counts.append(np.bincount(np.repeat(cell, lengths) * n_links + by_pair.indices[positions],
+                                      minlength=cells * n_links).reshape(cells, n_links))
+        return tuple(counts), incidence.hops[:, pairs]
     links, hops = _pair_links(structure, src, dst)
     counts = tuple(
         np.bincount(cell[flow_idx] * n_links + link, minlength=cells * n_links).reshape(cells, n_links)
@@ -392,11 +402,18 @@ def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarr
     return counts, hops
 
 
+_PREPARED: set = set()  # structures whose all-pairs routes :func:`prepare` built (collective plans gather from them)
+
+
 def prepare(topology) -> None:
-    """Build (and memoise) the all-pairs routes of a topology now, e.g. before timing or forking workers."""
+    """Build (and memoise) the all-pairs routes of a topology now, e.g. before timing or forking workers. From
+    then on the collectives planned on its structure take their flows' routes from them instead of routing each
+    flow (about 4× faster per flow: worth it for a search, which plans every collective of many schedules, not
+    for one evaluation, which plans a few)."""
     topology = as_topology(topology)
     if topology.devices <= _MAX_CACHED_DEVICES:
         _incidence(topology.structure)
+        _PREPARED.add(topology.structure)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import numpy as np
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
-from deepstack.models import tune_gc
+from deepstack.models import network, tune_gc
 from deepstack.models.evaluate import evaluate, prepare_phases
 from deepstack.models.parallel import feasible_strategies
 from deepstack.models.schedule_search import OBJECTIVES
@@ -111,6 +111,8 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     if not _hardware_feasible(space, hw):
         return []
     point = design_point(space, hw, scenario)
+    if point.network is not None:
+        network.prepare(point.network)  # every schedule's collectives are planned on it
     capacity = _capacity_B(hw)
     kept, _ = feasible_strategies(scenario, point.devices, capacity)
     points = [(strategy, dataclasses.replace(point, schedule=strategy.to_schedule())) for strategy in kept

@@ -219,6 +219,28 @@ def test_dense_sparse_and_uncached_routing_agree(monkeypatch, seed):
         np.testing.assert_allclose(ours, theirs)
 
 
+def test_flow_link_counts_gathered_from_prepared_routes_equal_routing_each_flow(monkeypatch):
+    """A prepared structure's collectives take their flows' routes from the all-pairs incidence; the counts
+    (per cell and link) and hops must be those of routing every flow, repeated flows included."""
+    rng = np.random.default_rng(3)
+    topo = NetworkTopology((TopologyLevel("switch", (2,), 100 * GB, 10 * NS),
+                            TopologyLevel("torus", (3, 2), 30 * GB, 50 * NS),
+                            TopologyLevel("chain", (3,), 10 * GB, 400 * NS)))
+    src = rng.integers(0, 36, 500)
+    dst = (src + rng.integers(1, 36, 500)) % 36  # never a flow to itself; pairs repeat
+    cell = rng.integers(0, 4, 500)
+    monkeypatch.setattr(nw, "_PREPARED", set())
+    routed = nw.flow_link_counts(topo.structure, src, dst, cell, 4)
+    nw.prepare(topo)
+    assert topo.structure in nw._PREPARED
+    gathered = nw.flow_link_counts(topo.structure, src, dst, cell, 4)
+    np.testing.assert_array_equal(gathered[1], routed[1])
+    assert [c.shape for c in gathered[0]] == [(4, n) for n in topo.level_links]
+    for ours, theirs in zip(gathered[0], routed[0], strict=True):
+        np.testing.assert_array_equal(ours, theirs)
+    assert sum(int(c.sum()) for c in routed[0]) == int(routed[1].sum()) > 500  # every hop of every flow counted
+
+
 def test_a_level_of_one_node_has_no_links(monkeypatch):
     topo = NetworkTopology(
         (TopologyLevel("switch", (1,), GB, NS), TopologyLevel("torus", (1, 4), GB, 10 * NS))
