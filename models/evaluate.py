@@ -7,6 +7,7 @@ import functools
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from deepstack.errors import UserInputError
 from deepstack.models import distributed, thermal
@@ -113,9 +114,44 @@ class OverlapRow(_Timed):
         return overlap_row_s(self.timing, self.result, scale)
 
 
+class OpenOverlap(NamedTuple):
+    """An :class:`OverlapRow` not made yet, with what DVFS and energy need of it (a search makes the rows of the
+    phases it reports only)."""
+
+    layer: str
+    count: int
+    timing: OpTiming
+    name: str
+    result: CollectiveResult
+
+    def make(self) -> OverlapRow:
+        return OverlapRow(*self)
+
+    def time_at(self, scale: float) -> float:  # the made row's, at a clock other than nominal
+        return overlap_row_s(self.timing, self.result, scale)
+
+
+class OpenComm(NamedTuple):
+    """A :class:`CommRow` not made yet (see :class:`OpenOverlap`)."""
+
+    layer: str
+    count: int
+    name: str
+    result: CollectiveResult
+    hidden_behind_s: float = 0.0
+
+    def make(self) -> CommRow:
+        return CommRow(*self)
+
+    def time_at(self, scale: float) -> float:
+        return comm_row_s(self.result, self.hidden_behind_s)
+
+
 Row = OpRow | CommRow | OverlapRow
-COMPUTE_ROWS = (OpRow, OverlapRow)  # rows that run an operator (tuples: a union would be built per check)
-NETWORK_ROWS = (CommRow, OverlapRow)  # rows that move bytes on the network
+OPEN_ROWS = (OpenOverlap, OpenComm)
+# rows that run an operator, and rows that move bytes on the network (tuples: a union would be built per check)
+COMPUTE_ROWS = (OpRow, OverlapRow, OpenOverlap)
+NETWORK_ROWS = (CommRow, OverlapRow, OpenOverlap, OpenComm)
 
 
 def comm_row_s(result: CollectiveResult, hidden_behind_s: float) -> float:
@@ -184,7 +220,7 @@ class PhaseResult:
     """One step of the phase on the busiest device: prefill of the batch, or one decode step of every request.
 
     ``parts`` are one microbatch on the bottleneck pipeline stage: rows, runs of rows, and rows still to be made
-    (a ``functools.partial`` of a row class: a search makes the rows of the phases it keeps only). The step
+    (:data:`OPEN_ROWS`: a search makes the rows of the phases it reports only). The step
     takes ``time_multiplier`` such stage-times (pipeline fill and steady state) and the device computes
     ``microbatches`` of them. ``nominal_stage_s`` (the stage time at the nominal clock) is summed from the rows
     when not given.
@@ -203,7 +239,7 @@ class PhaseResult:
     @functools.cached_property
     def made(self) -> list:
         """The parts with every row made (runs of rows stay runs)."""
-        return [part() if isinstance(part, functools.partial) else part for part in self.parts]
+        return [part.make() if isinstance(part, OPEN_ROWS) else part for part in self.parts]
 
     @functools.cached_property
     def rows(self) -> list[Row]:
@@ -220,7 +256,7 @@ class PhaseResult:
         if scale == 1.0:
             return self.nominal_stage_s
         total = 0  # Σ count × time at this clock, added row by row in order
-        for part in self.made:
+        for part in self.parts:
             if isinstance(part, RowRun):
                 total = sum(part.scaled_weights(scale), total)
             else:
@@ -234,7 +270,7 @@ class PhaseResult:
                  noc_J_per_B: tuple[float, ...], devices: int) -> tuple[float, float, float]:
         """(core energy — ∝ V² ∝ f² —, DRAM energy, network energy) of one step on one device."""
         core = dram = noc = 0.0
-        for part in self.made:
+        for part in self.parts:
             if isinstance(part, RowRun):
                 core_J, dram_J = part.energies(coefficients)
                 core, dram = sum(core_J, core), sum(dram_J, dram)
@@ -408,16 +444,16 @@ def _stage_parts(point: DesignPoint, dev: DeviceSpec, scenario: Scenario, stage:
             gemm, index, n, name = step
             result = results[index]
             timing = tune_gemm_overlapped(gemm, dev, result.time_s - result.latency_s, result.latency_s)
-            parts.append(functools.partial(OverlapRow, kind, n, timing, name, result))
+            parts.append(OpenOverlap(kind, n, timing, name, result))
             weighted = n * overlap_row_s(timing, result, 1.0)
             total, layer_s = total + weighted, layer_s + weighted
         for index, name, prefetched in plan.loose:
             result = results[index]
             hidden = layer_s / max(count, 1) if prefetched else 0.0
-            parts.append(functools.partial(CommRow, kind, count, name, result, hidden))
+            parts.append(OpenComm(kind, count, name, result, hidden))
             total += count * comm_row_s(result, hidden)
     for comm, result in zip(stage_comms, distributed.route_times(stage_routes, topology), strict=True):
-        parts.append(functools.partial(CommRow, "stage", 1, comm.name, result))
+        parts.append(OpenComm("stage", 1, comm.name, result))
         total += 1 * comm_row_s(result, 0.0)
     return parts, total
 
