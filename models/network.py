@@ -385,8 +385,8 @@ def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarr
         ``(counts, hops)``: per level a (cells × links) int array of flows crossing each link, and the
         (levels × flows) link traversals of every flow.
     """
-    if structure in _PREPARED:  # the flows' routes are rows of the all-pairs incidence: gather them
-        incidence = _incidence(structure)
+    incidence = _PREPARED.get(structure)
+    if incidence is not None:  # the flows' routes are rows of the all-pairs incidence: gather them
         pairs = src * math.prod(math.prod(dims) for _, dims in structure) + dst
         counts = []
         for by_pair, n_links in zip(incidence.by_pair, _level_link_counts(structure), strict=True):
@@ -402,7 +402,14 @@ def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarr
     return counts, hops
 
 
-_PREPARED: set = set()  # structures whose all-pairs routes :func:`prepare` built (collective plans gather from them)
+class _Prepared(dict):
+    """Structure → its all-pairs routes, for the structures :func:`prepare` was asked for (collective plans
+    gather from them); forgotten with the memo tables, like the incidence itself."""
+
+    cache_clear = dict.clear
+
+
+_PREPARED = _Prepared()
 
 
 def prepare(topology) -> None:
@@ -412,8 +419,7 @@ def prepare(topology) -> None:
     for one evaluation, which plans a few)."""
     topology = as_topology(topology)
     if topology.devices <= _MAX_CACHED_DEVICES:
-        _incidence(topology.structure)
-        _PREPARED.add(topology.structure)
+        _PREPARED[topology.structure] = _incidence(topology.structure)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepstack.errors import InfeasibleError
+from deepstack.models import network
 from deepstack.models.device import resolve_device
 from deepstack.models.evaluate import DesignPoint, Report, evaluate, prepare_phases
 from deepstack.models.parallel import enumerate_strategies, feasible_strategies
@@ -57,6 +58,8 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     candidates = [DesignPoint(**{**point.__dict__, "schedule": strategy.to_schedule().model_copy(
         update={"collectives": point.schedule.collectives})}) for strategy in kept]
     prepare_phases(candidates)
+    if point.network is not None:
+        network.prepare(point.network)  # every strategy's collectives are planned on it
     evaluated = [(evaluate(candidate, with_ttft=False, breakdown=False), candidate) for candidate in candidates]
     evaluated.sort(key=lambda item: (item[0].feasible, _score(item[0], objective)), reverse=True)
     results = [report for report, _ in evaluated]

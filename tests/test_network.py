@@ -229,7 +229,7 @@ def test_flow_link_counts_gathered_from_prepared_routes_equal_routing_each_flow(
     src = rng.integers(0, 36, 500)
     dst = (src + rng.integers(1, 36, 500)) % 36  # never a flow to itself; pairs repeat
     cell = rng.integers(0, 4, 500)
-    monkeypatch.setattr(nw, "_PREPARED", set())
+    monkeypatch.setattr(nw, "_PREPARED", nw._Prepared())
     routed = nw.flow_link_counts(topo.structure, src, dst, cell, 4)
     nw.prepare(topo)
     assert topo.structure in nw._PREPARED
