@@ -52,7 +52,8 @@ from deepstack.search.space import (
 MODES = ("hierarchical", "exhaustive")
 BACKENDS = ("local", "dask")
 CHUNK_POINTS = 8  # at most this many hardware points per chunk: the unit of scheduling, progress and resumption
-MIN_CHUNKS = 16  # a tier is cut into at least this many chunks (when it has the points) so workers stay balanced
+MIN_CHUNKS = 64  # a tier is cut into at least this many chunks (when it has the points) so workers stay balanced
+IN_FLIGHT = 2  # chunks a local worker holds at once: it starts the next while the parent records the last
 PROMOTED_SHARE = 0.05  # paper §4.2.3: the top 5 % of a tier advance to the next
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "frequency_ghz",
                   "memory_gib")
@@ -285,19 +286,31 @@ def _local_session(workers: int):
         running = {}
 
         def submit(worker: int) -> None:
-            block = blocks[worker] if blocks[worker] else max(blocks, key=len)
+            """Queue a chunk for the worker: from its own block, or stolen from the far end of the longest one
+            when it has nothing to run. A chunk queued behind a running one (so the worker never waits for the
+            parent to record the last) comes from its own block only, and never the block's last: that stays
+            free for whichever worker runs out first."""
+            busy = sum(w == worker for w, _ in running.values())
+            own = blocks[worker]
+            if not busy:
+                block = own or max(blocks, key=len)
+            elif busy < IN_FLIGHT and len(own) > 1:
+                block = own
+            else:
+                return
             if block:
-                index, chunk = block.popleft() if block is blocks[worker] else block.pop()
+                index, chunk = block.popleft() if block is own else block.pop()
                 running[pools[worker].submit(evaluate, chunk)] = (worker, index)
 
-        for worker in range(workers):
-            submit(worker)
+        for _ in range(IN_FLIGHT):
+            for worker in range(workers):
+                submit(worker)
         while running:
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 worker, index = running.pop(future)
+                submit(worker)  # before recording this one
                 done(index, future.result())
-                submit(worker)
 
     try:
         yield run
