@@ -7,7 +7,7 @@ writes benchmarks/results/run.json (git-ignored). Run: `python benchmarks/run.py
 3. a 256-node all-to-all network evaluation (1 MiB per rank, TMS1);
 4. hierarchical sweep throughput (design points per second) on a slice of the paper space (one chip, one NoC,
    a few stackings, the paper's hop-latency and bandwidth axes) for one scenario, 1 and 2 processes (median of
-   three whole sweeps each);
+   three whole sweeps each), with the CPU time the sweep's processes spent together;
 5. Optuna overhead per trial with SQLite storage against the evaluation time.
 """
 
@@ -106,6 +106,7 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
     scenario = Scenario(model="deepseek-v3", phase="decode", batch=1024)
     out: dict[str, float] = {}
     rates: dict[int, list[float]] = {1: [], 2: []}
+    cpu: dict[int, list[float]] = {1: [], 2: []}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "paper-slice.json"
         path.write_text(space.model_dump_json())
@@ -114,26 +115,39 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as fresh:
             for run in range(1 if quick else 3):
                 for workers in (1, 2):
-                    evaluations, wall_s = fresh.submit(_one_sweep, str(path), scenario.model_dump_json(),
-                                                       f"{folder}/sweep-{workers}-{run}", workers).result()
+                    evaluations, wall_s, cpu_s = fresh.submit(_one_sweep, str(path), scenario.model_dump_json(),
+                                                              f"{folder}/sweep-{workers}-{run}", workers).result()
                     rates[workers].append(evaluations / wall_s)
+                    cpu[workers].append(cpu_s)
                     out[f"sweep evaluations ({workers})"] = evaluations
     for workers, runs in rates.items():
         out[f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"] = statistics.median(runs)
     out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
+    # CPU time of the sweep's processes together: equal figures mean the workers duplicate nothing and do not
+    # slow each other down, so what the speed-up lacks of 2 is time a core waited
+    for workers, runs in cpu.items():
+        out[f"sweep CPU s, parent + workers ({workers} process{'es' if workers > 1 else ''})"] = statistics.median(runs)
     return out
 
 
-def _one_sweep(space: str, scenario_json: str, out: str, workers: int) -> tuple[int, float]:
-    """One hierarchical sweep with every cache cleared: (evaluations, wall time in s)."""
+def _one_sweep(space: str, scenario_json: str, out: str, workers: int) -> tuple[int, float, float]:
+    """One hierarchical sweep with every cache cleared: (evaluations, wall time in s, CPU time in s of this process
+    and its workers, which have ended when the sweep returns)."""
+    import resource
+
     from deepstack.models import tune_gc
     from deepstack.search.sweep import sweep
 
+    def cpu_s() -> float:
+        return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
+
     tune_gc()  # as the CLI does
     clear_caches()
+    before = cpu_s()
     result = sweep(mode="hierarchical", space=space, scenario=Scenario.model_validate_json(scenario_json),
                    objectives=["stps", "tokens_per_joule"], out=out, workers=workers)
-    return result.evaluations, result.wall_s
+    return result.evaluations, result.wall_s, cpu_s() - before
 
 
 def _optuna_overhead() -> dict[str, float]:
