@@ -388,12 +388,9 @@ def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarr
     incidence = _PREPARED.get(structure)
     if incidence is not None:  # the flows' routes are rows of the all-pairs incidence: gather them
         pairs = src * math.prod(math.prod(dims) for _, dims in structure) + dst
-        counts = []
-        for by_pair, n_links in zip(incidence.by_pair, _level_link_counts(structure), strict=True):
-            positions, lengths = _row_positions(by_pair, pairs)
-            counts.append(np.bincount(np.repeat(cell, lengths) * n_links + by_pair.indices[positions],
-                                      minlength=cells * n_links).reshape(cells, n_links))
-        return tuple(counts), incidence.hops[:, pairs]
+        counts = tuple(_gather_cells(by_pair, pairs, cell, cells, n_links)
+                       for by_pair, n_links in zip(incidence.by_pair, _level_link_counts(structure), strict=True))
+        return counts, incidence.hops[:, pairs]
     links, hops = _pair_links(structure, src, dst)
     counts = tuple(
         np.bincount(cell[flow_idx] * n_links + link, minlength=cells * n_links).reshape(cells, n_links)
@@ -564,6 +561,16 @@ def _gather_rows(matrix: sp.csr_matrix, rows: np.ndarray, weights: np.ndarray) -
     return links.astype(float)
 
 
+def _gather_cells(by_pair: sp.csr_matrix, pairs: np.ndarray, cell: np.ndarray, cells: int, n_links: int,
+                  weights: np.ndarray | None = None) -> np.ndarray:
+    """(cells × links): on each link, how many of the pairs of each cell cross it (their ``weights`` summed when
+    given), gathered from the rows of the all-pairs incidence ``by_pair``."""
+    positions, lengths = _row_positions(by_pair, pairs)
+    index = np.repeat(cell, lengths) * n_links + by_pair.indices[positions]
+    repeated = None if weights is None else np.repeat(weights, lengths)
+    return np.bincount(index, weights=repeated, minlength=cells * n_links).reshape(cells, n_links)
+
+
 def _route_sparse(topology: NetworkTopology, pairs: np.ndarray, payload: np.ndarray) -> RoutedFlows:
     """Eq. 4 for unique active pairs (index s·N + d, s ≠ d) carrying ``payload`` bytes each."""
     if len(pairs) == 0:
@@ -671,12 +678,9 @@ def _route_chunk(topology: NetworkTopology, flows: list[tuple[np.ndarray, np.nda
     payload = np.bincount(inverse, weights=np.concatenate([p for _, p in flows]), minlength=len(unique))
     step, pairs = np.divmod(unique, n_pairs)
     incidence = _incidence(topology.structure)
-    per_level = []
-    for level, by_pair, n_links in zip(topology.levels, incidence.by_pair, topology.level_links, strict=True):
-        positions, lengths = _row_positions(by_pair, pairs)
-        cell = np.repeat(step, lengths) * n_links + by_pair.indices[positions]
-        loads = np.bincount(cell, weights=np.repeat(level.wire_bytes(payload), lengths), minlength=n_steps * n_links)
-        per_level.append(loads.reshape(n_steps, n_links))
+    per_level = [_gather_cells(by_pair, pairs, step, n_steps, n_links, level.wire_bytes(payload))
+                 for level, by_pair, n_links in zip(topology.levels, incidence.by_pair, topology.level_links,
+                                                     strict=True)]
     latency = np.asarray(topology.hop_latencies_s) @ incidence.hops[:, pairs]
     counts = np.bincount(step, minlength=n_steps)
     starts = np.cumsum(counts) - counts
