@@ -26,7 +26,7 @@ def session(scheduler: str | None, workers: int) -> Iterator[Callable]:
     except (OSError, TimeoutError, ValueError) as exc:
         raise UserInputError(f"--scheduler: cannot reach {scheduler or 'a local cluster'}: {exc}") from None
 
-    def run(evaluate: Callable, chunks: list[tuple[int, list]], done: Callable[[int, list], None]) -> None:
+    def run(evaluate: Callable, chunks: list[tuple[int, list]], done: Callable[[int, tuple], None]) -> None:
         futures = {client.submit(evaluate, chunk, pure=False): index for index, chunk in chunks}
         for future in as_completed(futures):
             done(futures[future], future.result())

@@ -173,10 +173,13 @@ class SweepResult:
     tiers: list[dict]
 
 
-def evaluate_chunk(tasks: list[SweepTask]) -> list[dict]:
-    """One chunk of hardware points (the unit a backend schedules, records and resumes)."""
+def evaluate_chunk(tasks: list[SweepTask]) -> tuple[list[dict], str]:
+    """One chunk of hardware points (the unit a backend schedules, records and resumes): its rows, and the same
+    rows as the JSON lines :class:`ChunkLog` records. Encoding them here puts that cost on the pool's workers
+    instead of on the parent, which records every chunk while the workers share its cores."""
     tune_gc()  # also in workers that did not start from the CLI (Dask)
-    return [row for task in tasks for row in evaluate_hardware(task)]
+    rows = [row for task in tasks for row in evaluate_hardware(task)]
+    return rows, "".join(json.dumps(row) + "\n" for row in rows)
 
 
 class ChunkLog:
@@ -204,10 +207,11 @@ class ChunkLog:
             return None
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
-    def save(self, tier: str, index: int, rows: list[dict]) -> None:
+    def save(self, tier: str, index: int, lines: str) -> None:
+        """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`)."""
         path = self.path(tier, index)
         partial = path.with_suffix(".partial")
-        partial.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        partial.write_text(lines)
         os.replace(partial, path)  # atomic: a killed sweep leaves either the whole chunk or none of it
         with open(self.folder / "evaluated.log", "a") as fh:
             fh.write(f"{tier}-{index:05d}\n")
@@ -239,8 +243,9 @@ def _run(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks) -> list[d
         else:
             results[index] = rows
 
-    def done(index: int, rows: list[dict]) -> None:
-        log.save(tier, index, rows)
+    def done(index: int, chunk: tuple[list[dict], str]) -> None:
+        rows, lines = chunk
+        log.save(tier, index, lines)
         results[index] = rows
 
     if todo:
@@ -256,7 +261,8 @@ def _serial(evaluate, chunks: list[tuple[int, list]], done) -> None:
 @contextlib.contextmanager
 def _local_session(workers: int):
     """``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator tunings, stage
-    plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``.
+    plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``, where ``evaluate(chunk)``
+    returns (rows, JSON lines) as :func:`evaluate_chunk` does.
 
     The workers fork after the parent has evaluated a chunk itself: each then starts with that point's routing
     plans and workloads, which every other point on the same network structure reuses. Each worker owns a
@@ -272,8 +278,8 @@ def _local_session(workers: int):
             chunks = list(chunks)
             while chunks:
                 index, chunk = chunks.pop()
-                rows = evaluate(chunk)
-                done(index, rows)
+                rows, lines = evaluate(chunk)
+                done(index, (rows, lines))
                 if rows:
                     break
             if not chunks:

@@ -10,12 +10,13 @@ from deepstack.search import sweep
 from deepstack.search.space import base_points, load_space, with_level_bw
 
 
-def _pid_and_square(chunk: list[int]) -> list[tuple[int, int]]:
-    """A chunk's evaluation for the pool tests: which process ran it, and a result to check. Chunks of the first
-    block (values < 6) are slow, so the other worker runs out first and must take some of them."""
+def _pid_and_square(chunk: list[int]) -> tuple[list[tuple[int, int]], str]:
+    """A chunk's evaluation for the pool tests, shaped as ``evaluate_chunk``'s (rows, JSON lines): which process
+    ran it, and a result to check. Chunks of the first block (values < 6) are slow, so the other worker runs out
+    first and must take some of them."""
     if chunk[0] < 6:
         time.sleep(0.05)
-    return [(os.getpid(), x * x) for x in chunk]
+    return [(os.getpid(), x * x) for x in chunk], ""
 
 
 def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
@@ -24,9 +25,9 @@ def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
         for _ in range(2):  # two tiers through the same pool
             finished: dict[int, list] = {}
 
-            def done(index: int, rows: list, finished=finished) -> None:
+            def done(index: int, result: tuple, finished=finished) -> None:
                 assert index not in finished, f"chunk {index} evaluated twice"
-                finished[index] = rows
+                finished[index] = result[0]
 
             run(_pid_and_square, [(index, [index, index + 100]) for index in range(12)], done)
             assert sorted(finished) == list(range(12))
