@@ -7,7 +7,8 @@ writes benchmarks/results/run.json (git-ignored). Run: `python benchmarks/run.py
 3. a 256-node all-to-all network evaluation (1 MiB per rank, TMS1);
 4. hierarchical sweep throughput (design points per second) on a slice of the paper space (one chip, one NoC,
    a few stackings, the paper's hop-latency and bandwidth axes) for one scenario, 1 and 2 processes (median of
-   three whole sweeps each), with the CPU time the sweep's processes spent together;
+   three whole sweeps each), with the CPU time the sweep's processes spent together, and two 1-process sweeps
+   run at once: the most this machine gives any 2-process split of the sweep;
 5. Optuna overhead per trial with SQLite storage against the evaluation time.
 """
 
@@ -107,22 +108,35 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     rates: dict[int, list[float]] = {1: [], 2: []}
     cpu: dict[int, list[float]] = {1: [], 2: []}
+    pairs: list[float] = []
+    spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "paper-slice.json"
         path.write_text(space.model_dump_json())
+        sweep_args = (str(path), scenario.model_dump_json())
         # whole sweeps, alternating 1 and 2 processes, each started from a fresh interpreter as `deepstack sweep`
         # is (not from this process, whose heap the other measurements have grown)
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), max_tasks_per_child=1) as fresh:
+        with ProcessPoolExecutor(1, mp_context=spawn, max_tasks_per_child=1) as fresh:
             for run in range(1 if quick else 3):
                 for workers in (1, 2):
-                    evaluations, wall_s, cpu_s = fresh.submit(_one_sweep, str(path), scenario.model_dump_json(),
+                    evaluations, wall_s, cpu_s = fresh.submit(_one_sweep, *sweep_args,
                                                               f"{folder}/sweep-{workers}-{run}", workers).result()
                     rates[workers].append(evaluations / wall_s)
                     cpu[workers].append(cpu_s)
                     out[f"sweep evaluations ({workers})"] = evaluations
+                # the machine's own ceiling: two 1-process sweeps at once share nothing but the hardware (cores,
+                # caches, memory) and never wait for each other, so their joint rate over one sweep's is what a
+                # second core gives this work when no set-up is shared
+                with ProcessPoolExecutor(2, mp_context=spawn, max_tasks_per_child=1) as pair:
+                    both = [pair.submit(_one_sweep, *sweep_args, f"{folder}/pair-{run}-{k}", 1) for k in (0, 1)]
+                    finished = [future.result() for future in both]
+                pairs.append(sum(e for e, _, _ in finished) / max(wall for _, wall, _ in finished))
     for workers, runs in rates.items():
         out[f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"] = statistics.median(runs)
     out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
+    out["two 1-process sweeps at once, points/s"] = statistics.median(pairs)
+    out["machine ceiling 1 → 2 (two sweeps / one)"] = (out["two 1-process sweeps at once, points/s"]
+                                                       / out["sweep points/s (1 process)"])
     # CPU time of the sweep's processes together: equal figures mean the workers duplicate nothing and do not
     # slow each other down, so what the speed-up lacks of 2 is time a core waited
     for workers, runs in cpu.items():
