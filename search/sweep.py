@@ -217,7 +217,7 @@ class ChunkLog:
             fh.write(f"{tier}-{index:05d}\n")
 
 
-def _fork_context():
+def fork_context():
     """Fork where the platform has it (workers inherit the parent's warm caches), else the default."""
     import multiprocessing
 
@@ -285,7 +285,7 @@ def _local_session(workers: int):
             if not chunks:
                 return
             gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
-            pools.extend(ProcessPoolExecutor(max_workers=1, mp_context=_fork_context()) for _ in range(workers))
+            pools.extend(ProcessPoolExecutor(max_workers=1, mp_context=fork_context()) for _ in range(workers))
         share = math.ceil(len(chunks) / workers)
         blocks = [collections.deque(chunks[i:i + share]) for i in range(0, len(chunks), share)]
         blocks += [collections.deque() for _ in range(workers - len(blocks))]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import multiprocessing
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -51,6 +50,7 @@ from deepstack.search.pareto import nondominated_mask
 from deepstack.search.space import load_space, stacking_pairs
 from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.common import point, scenario
+from deepstack.search.sweep import fork_context
 
 FIXED_COLLECTIVES = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "direct"}
 """The ASTRA-sim-like baseline's collectives: one user-chosen algorithm per collective, never searched (paper
@@ -315,7 +315,7 @@ def run_tasks(tasks: list[PointTask], workers: int = 1) -> list[PointResult]:
     """:func:`search_point` over ``tasks``, in order; on a process pool when ``workers`` > 1."""
     if workers <= 1 or len(tasks) <= 1:
         return [search_point(t) for t in tasks]
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=fork_context()) as pool:
         return list(pool.map(search_point, tasks))
 
 
