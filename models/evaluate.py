@@ -316,11 +316,16 @@ def _op_rows(layer: LayerOps, dev: DeviceSpec) -> tuple[tuple[object, tuple[OpRo
     """Per operator of a layer kind: the operator and its rows when it runs alone (a choice: the fastest
     option's). Made once per layer and device instead of once per operator and evaluation (a search evaluates
     the same layers on the same device many times)."""
-    out = []
-    for op in layer.ops:
-        label, timings = _op_timings(op, dev)
-        out.append((op, tuple(OpRow(layer.kind, layer.layers * op.count, t, label) for t in timings)))
-    return tuple(out)
+    return tuple((op, _rows_of(layer.kind, layer.layers * op.count, op, dev)) for op in layer.ops)
+
+
+@functools.lru_cache(maxsize=65536)
+def _rows_of(kind: str, count: int, op, dev: DeviceSpec) -> tuple[OpRow, ...]:
+    """An operator's rows when it runs alone ``count`` times per pass in layers of ``kind``: the same rows for
+    every layer that holds it (a device's stages and schedules repeat an operator in many layer variants; rows are
+    never changed once made, so they are shared)."""
+    label, timings = _op_timings(op, dev)
+    return tuple(OpRow(kind, count, t, label) for t in timings)
 
 
 @functools.lru_cache(maxsize=65536)
