@@ -244,7 +244,9 @@ def _mla_core(t: int, r: int, q_len: int, kv_len: int, phase: str, hq: int, c_ra
                   (nope + rope + vd) * a, act_bytes=a),
     ]
 
-    return [Choice("mla_core", (("absorbed", tuple(absorbed)), ("non-absorbed", tuple(plain))))]
+    # the options' operators interned too: other attention shapes repeat these GEMMs, and memo tables and the
+    # GEMM batches of a phase then find them by identity
+    return [Choice("mla_core", (("absorbed", _interned_ops(absorbed)), ("non-absorbed", _interned_ops(plain))))]
 
 
 @functools.lru_cache(maxsize=16384)
