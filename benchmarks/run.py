@@ -137,6 +137,8 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
     out["two 1-process sweeps at once, points/s"] = statistics.median(pairs)
     out["machine ceiling 1 → 2 (two sweeps / one)"] = (out["two 1-process sweeps at once, points/s"]
                                                        / out["sweep points/s (1 process)"])
+    out["sweep speed-up / machine ceiling"] = (out["sweep speed-up 1 → 2 processes"]
+                                               / out["machine ceiling 1 → 2 (two sweeps / one)"])
     # CPU time of the sweep's processes together: equal figures mean the workers duplicate nothing and do not
     # slow each other down, so what the speed-up lacks of 2 is time a core waited
     for workers, runs in cpu.items():
