@@ -62,6 +62,7 @@ from deepstack.models.network import (
     flow_link_counts,
     framed_bytes,
     readonly,
+    structure_devices,
     summarise_levels,
 )
 from deepstack.schema.schedule import ALGORITHMS_FOR
@@ -339,7 +340,7 @@ def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
     p = len(groups[0])
     steps = _tree_steps(p, 1.0) if algorithm == "double_tree" else _flat_steps(op, algorithm, p, 1.0)
     members = np.asarray(groups, dtype=np.int64)  # (groups, p)
-    devices = math.prod(math.prod(dims) for _, dims in structure)
+    devices = structure_devices(structure)
     disjoint = np.bincount(members.ravel(), minlength=devices).max() == 1
     # steps that repeat a traffic pattern with other sizes (the double tree's chunk counts, a ring's two
     # phases) are routed once: cells are (pattern, multiplicity class); a step's cells scale its pattern's

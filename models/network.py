@@ -250,9 +250,14 @@ def _axis_kind(topology: str, size: int) -> str:
     return "chain" if kind == "ring" and size <= 2 else kind
 
 
+def structure_devices(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> int:
+    """Devices of a topology structure: the product of every level's dimensions."""
+    return math.prod(math.prod(dims) for _, dims in structure)
+
+
 @functools.lru_cache(maxsize=64)
 def _axes(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[_Axis, ...]:
-    devices = math.prod(math.prod(dims) for _, dims in structure)
+    devices = structure_devices(structure)
     axes: list[_Axis] = []
     stride = 1
     for level, (topology, dims) in enumerate(structure):
@@ -268,7 +273,7 @@ def _axes(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[_Axis, ..
 
 @functools.lru_cache(maxsize=64)
 def _level_link_counts(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[int, ...]:
-    devices = math.prod(math.prod(dims) for _, dims in structure)
+    devices = structure_devices(structure)
     counts = [0] * len(structure)
     for axis in _axes(structure):
         counts[axis.level] += (devices // axis.size) * _local_links(axis.kind, axis.size)
@@ -355,7 +360,7 @@ class _Incidence:
 
 @functools.lru_cache(maxsize=8)
 def _incidence(structure) -> _Incidence:
-    devices = math.prod(math.prod(dims) for _, dims in structure)
+    devices = structure_devices(structure)
     pairs = np.arange(devices * devices, dtype=np.int64)
     links, hops = _pair_links(structure, pairs // devices, pairs % devices)
     counts = _level_link_counts(structure)
@@ -387,7 +392,7 @@ def flow_link_counts(structure, src: np.ndarray, dst: np.ndarray, cell: np.ndarr
     """
     incidence = _PREPARED.get(structure)
     if incidence is not None:  # the flows' routes are rows of the all-pairs incidence: gather them
-        pairs = src * math.prod(math.prod(dims) for _, dims in structure) + dst
+        pairs = src * structure_devices(structure) + dst
         counts = tuple(_gather_cells(by_pair, pairs, cell, cells, n_links)
                        for by_pair, n_links in zip(incidence.by_pair, _level_link_counts(structure), strict=True))
         return counts, incidence.hops[:, pairs]
