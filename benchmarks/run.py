@@ -8,7 +8,7 @@ writes benchmarks/results/run.json (git-ignored). Run: `python benchmarks/run.py
 4. hierarchical sweep throughput (design points per second) on a slice of the paper space (one chip, one NoC,
    a few stackings, the paper's hop-latency and bandwidth axes) for one scenario, 1 and 2 processes (median of
    three whole sweeps each), with the CPU time the sweep's processes spent together, and two 1-process sweeps
-   run at once: the most this machine gives any 2-process split of the sweep;
+   run at once: what a second core gives this work on this machine when no set-up is shared;
 5. Optuna overhead per trial with SQLite storage against the evaluation time.
 """
 
@@ -132,7 +132,7 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
                     finished = [future.result() for future in both]
                 pairs.append(sum(e for e, _, _ in finished) / max(wall for _, wall, _ in finished))
     for workers, runs in rates.items():
-        out[f"sweep points/s ({workers} process{'es' if workers > 1 else ''})"] = statistics.median(runs)
+        out[f"sweep points/s ({_processes(workers)})"] = statistics.median(runs)
     out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
     out["two 1-process sweeps at once, points/s"] = statistics.median(pairs)
     out["machine ceiling 1 → 2 (two sweeps / one)"] = (out["two 1-process sweeps at once, points/s"]
@@ -142,8 +142,12 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
     # CPU time of the sweep's processes together: equal figures mean the workers duplicate nothing and do not
     # slow each other down, so what the speed-up lacks of 2 is time a core waited
     for workers, runs in cpu.items():
-        out[f"sweep CPU s, parent + workers ({workers} process{'es' if workers > 1 else ''})"] = statistics.median(runs)
+        out[f"sweep CPU s, parent + workers ({_processes(workers)})"] = statistics.median(runs)
     return out
+
+
+def _processes(workers: int) -> str:
+    return f"{workers} process{'es' if workers > 1 else ''}"
 
 
 def _one_sweep(space: str, scenario_json: str, out: str, workers: int) -> tuple[int, float, float]:
