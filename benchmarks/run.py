@@ -5,10 +5,12 @@ writes benchmarks/results/run.json (git-ignored). Run: `python benchmarks/run.py
    cold (every cache cleared) and memoised;
 2. best-schedule search over every feasible strategy of one hardware point (same scenario, Standard/TMS1);
 3. a 256-node all-to-all network evaluation (1 MiB per rank, TMS1);
-4. hierarchical sweep throughput (design points per second) on a slice of the paper space (one chip, one NoC,
-   a few stackings, the paper's hop-latency and bandwidth axes) for one scenario, 1 and 2 processes (median of
-   three whole sweeps each), with the CPU time the sweep's processes spent together, and two 1-process sweeps
-   run at once: what a second core gives this work on this machine when no set-up is shared;
+4. hierarchical sweep throughput (design points per second) for one scenario, 1 and 2 processes, with the CPU
+   time the sweep's processes spent together, and two 1-process sweeps run at once: what a second core gives this
+   work on this machine when no set-up is shared. Two slices of the paper space (the paper's hop-latency and
+   bandwidth axes, a few stackings): a small one (one chip, one NoC; median of three whole sweeps each), where a
+   sweep's fixed set-up weighs, and a large one (every chip and NoC of the paper space; one whole sweep each, about
+   6 minutes in all; skipped with --quick);
 5. Optuna overhead per trial with SQLite storage against the evaluation time.
 """
 
@@ -58,7 +60,7 @@ def design_point() -> DesignPoint:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, no large sweep")
     args = parser.parse_args()
     reps = 3 if args.quick else 10
     results: dict[str, float] = {}
@@ -78,7 +80,9 @@ def main() -> None:
     group = [tuple(range(n))]
     results["all-to-all collective, auto, cold memo (ms)"] = 1e3 * _median(
         lambda: collectives.collective_time("all_to_all", 1 << 20, group, topo), reps, before=clear_caches)
-    results.update(_sweep_throughput(args.quick))
+    results.update(_sweep_throughput(SMALL_SLICE, 1 if args.quick else 3))
+    if not args.quick:
+        results.update(_sweep_throughput(LARGE_SLICE, 1))
     results.update(_optuna_overhead())
     rows = []
     for name, value in results.items():
@@ -94,15 +98,24 @@ def main() -> None:
     (out / "run.json").write_text(json.dumps({"results": results, "targets": TARGETS}, indent=2))
 
 
-def _sweep_throughput(quick: bool) -> dict[str, float]:
-    """Hierarchical sweep of a slice of the paper space (Standard chip on TMS1, every (m, n ≤ m) of the listed m,
-    base SRAM, the paper's hop-latency and per-level bandwidth axes) for DeepSeek-V3 decode at batch 1024."""
+# Slices of the paper space for the sweep measurements: (name, chips, NoCs, stacked layers m), base SRAM only, the
+# paper's hop-latency and per-level bandwidth axes, DeepSeek-V3 decode at batch 1024. The small one (about 7 s on one
+# core) shows the fixed set-up of a sweep; the large one (every chip and NoC of the paper space, about 2 min on one
+# core) is closer to the searches the tool is for.
+SMALL_SLICE = ("sweep", ("standard",), ("tms1",), (2, 4, 6))
+LARGE_SLICE = ("large sweep", ("standard", "wgmma", "strong-l2", "strong-l1", "large-matrix", "large-vector"),
+               ("tms1", "tms2", "tms3", "tms5", "tmm8"), (2, 4, 6))
+
+
+def _sweep_throughput(slice_: tuple, runs: int) -> dict[str, float]:
+    """Hierarchical sweeps of a slice of the paper space (see SMALL_SLICE) with 1 and 2 processes, and two
+    1-process sweeps at once; figures are medians over ``runs`` whole sweeps of each kind."""
     from deepstack.search.space import load_space
 
+    name, chips, nocs, stackings = slice_
     paper = load_space("paper")
     hardware = paper.hardware.model_copy(update={
-        "chips": ("standard",), "nocs": ("tms1",), "stacked_layers": (2, 4) if quick else (2, 4, 6),
-        "sram": paper.hardware.sram[:1]})
+        "chips": chips, "nocs": nocs, "stacked_layers": stackings, "sram": paper.hardware.sram[:1]})
     space = paper.model_copy(update={"hardware": hardware, "name": "paper-slice"})
     scenario = Scenario(model="deepseek-v3", phase="decode", batch=1024)
     out: dict[str, float] = {}
@@ -117,13 +130,13 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
         # whole sweeps, alternating 1 and 2 processes, each started from a fresh interpreter as `deepstack sweep`
         # is (not from this process, whose heap the other measurements have grown)
         with ProcessPoolExecutor(1, mp_context=spawn, max_tasks_per_child=1) as fresh:
-            for run in range(1 if quick else 3):
+            for run in range(runs):
                 for workers in (1, 2):
                     evaluations, wall_s, cpu_s = fresh.submit(_one_sweep, *sweep_args,
                                                               f"{folder}/sweep-{workers}-{run}", workers).result()
                     rates[workers].append(evaluations / wall_s)
                     cpu[workers].append(cpu_s)
-                    out[f"sweep evaluations ({workers})"] = evaluations
+                    out[f"{name} evaluations ({workers})"] = evaluations
                 # the machine's own ceiling: two 1-process sweeps at once share nothing but the hardware (cores,
                 # caches, memory) and never wait for each other, so their joint rate over one sweep's is what a
                 # second core gives this work when no set-up is shared
@@ -131,18 +144,17 @@ def _sweep_throughput(quick: bool) -> dict[str, float]:
                     both = [pair.submit(_one_sweep, *sweep_args, f"{folder}/pair-{run}-{k}", 1) for k in (0, 1)]
                     finished = [future.result() for future in both]
                 pairs.append(sum(e for e, _, _ in finished) / max(wall for _, wall, _ in finished))
-    for workers, runs in rates.items():
-        out[f"sweep points/s ({_processes(workers)})"] = statistics.median(runs)
-    out["sweep speed-up 1 → 2 processes"] = out["sweep points/s (2 processes)"] / out["sweep points/s (1 process)"]
-    out["two 1-process sweeps at once, points/s"] = statistics.median(pairs)
-    out["machine ceiling 1 → 2 (two sweeps / one)"] = (out["two 1-process sweeps at once, points/s"]
-                                                       / out["sweep points/s (1 process)"])
-    out["sweep speed-up / machine ceiling"] = (out["sweep speed-up 1 → 2 processes"]
-                                               / out["machine ceiling 1 → 2 (two sweeps / one)"])
+    for workers, values in rates.items():
+        out[f"{name} points/s ({_processes(workers)})"] = statistics.median(values)
+    one, two = out[f"{name} points/s (1 process)"], out[f"{name} points/s (2 processes)"]
+    out[f"{name} speed-up 1 → 2 processes"] = two / one
+    out[f"{name}: two 1-process sweeps at once, points/s"] = statistics.median(pairs)
+    out[f"{name}: machine ceiling 1 → 2 (two sweeps / one)"] = statistics.median(pairs) / one
+    out[f"{name} speed-up / machine ceiling"] = two / statistics.median(pairs)
     # CPU time of the sweep's processes together: equal figures mean the workers duplicate nothing and do not
     # slow each other down, so what the speed-up lacks of 2 is time a core waited
-    for workers, runs in cpu.items():
-        out[f"sweep CPU s, parent + workers ({_processes(workers)})"] = statistics.median(runs)
+    for workers, values in cpu.items():
+        out[f"{name} CPU s, parent + workers ({_processes(workers)})"] = statistics.median(values)
     return out
 
 
