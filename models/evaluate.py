@@ -298,7 +298,8 @@ def _segments(layer: LayerOps, dev: DeviceSpec, partnered: frozenset) -> tuple:
     """A layer's operator rows in order: runs of rows that run alone (tuples), separated by the GEMMs that
     overlap a collective (``partnered`` names them; their rows depend on the collective's time)."""
     out, run = [], []
-    for op, op_rows in _op_rows(layer, dev):
+    for op in layer.ops:
+        op_rows = _rows_of(layer.kind, layer.layers * op.count, op, dev)
         if op.name in partnered and isinstance(op, Gemm):
             if run:
                 out.append(RowRun(run))
@@ -312,18 +313,10 @@ def _segments(layer: LayerOps, dev: DeviceSpec, partnered: frozenset) -> tuple:
 
 
 @functools.lru_cache(maxsize=65536)
-def _op_rows(layer: LayerOps, dev: DeviceSpec) -> tuple[tuple[object, tuple[OpRow, ...]], ...]:
-    """Per operator of a layer kind: the operator and its rows when it runs alone (a choice: the fastest
-    option's). Made once per layer and device instead of once per operator and evaluation (a search evaluates
-    the same layers on the same device many times)."""
-    return tuple((op, _rows_of(layer.kind, layer.layers * op.count, op, dev)) for op in layer.ops)
-
-
-@functools.lru_cache(maxsize=65536)
 def _rows_of(kind: str, count: int, op, dev: DeviceSpec) -> tuple[OpRow, ...]:
-    """An operator's rows when it runs alone ``count`` times per pass in layers of ``kind``: the same rows for
-    every layer that holds it (a device's stages and schedules repeat an operator in many layer variants; rows are
-    never changed once made, so they are shared)."""
+    """An operator's rows when it runs alone ``count`` times per pass in layers of ``kind`` (a choice: its fastest
+    option's): the same rows for every layer that holds it (a device's stages and schedules repeat an operator in
+    many layer variants; rows are never changed once made, so they are shared)."""
     label, timings = _op_timings(op, dev)
     return tuple(OpRow(kind, count, t, label) for t in timings)
 
