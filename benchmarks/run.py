@@ -148,10 +148,11 @@ def _sweep_throughput(slice_: tuple, runs: int) -> dict[str, float]:
     for workers, values in rates.items():
         out[f"{name} points/s ({_processes(workers)})"] = statistics.median(values)
     one, two = out[f"{name} points/s (1 process)"], out[f"{name} points/s (2 processes)"]
+    both = statistics.median(pairs)
     out[f"{name} speed-up 1 → 2 processes"] = two / one
-    out[f"{name}: two 1-process sweeps at once, points/s"] = statistics.median(pairs)
-    out[f"{name}: machine ceiling 1 → 2 (two sweeps / one)"] = statistics.median(pairs) / one
-    out[f"{name} speed-up / machine ceiling"] = two / statistics.median(pairs)
+    out[f"{name}: two 1-process sweeps at once, points/s"] = both
+    out[f"{name}: machine ceiling 1 → 2 (two sweeps / one)"] = both / one
+    out[f"{name} speed-up / machine ceiling"] = two / both
     # CPU time of the sweep's processes together: equal figures mean the workers duplicate nothing and do not
     # slow each other down, so what the speed-up lacks of 2 is time a core waited
     for workers, values in cpu.items():

@@ -314,7 +314,7 @@ def test_exhaustive_sweep_covers_the_whole_grid(tiny):
     assert (tiny["cwd"] / "exhaustive" / "pareto.csv").exists()
 
 
-def test_one_process_sweep_matches_two_and_leaves_nothing_frozen(tiny, tmp_path):
+def test_one_process_sweep_matches_two_and_leaves_nothing_frozen(tiny, tmp_path, monkeypatch):
     """One process evaluates exactly what two workers did; it moves each chunk's survivors out of the garbage
     collector's way (gc.freeze) while it runs, and gives them back when the sweep returns, so the caller's process
     (a notebook, this test run) goes on collecting its own garbage."""
@@ -332,12 +332,10 @@ def test_one_process_sweep_matches_two_and_leaves_nothing_frozen(tiny, tmp_path)
         real_freeze()
         frozen_while_running.append(gc.get_freeze_count())
 
-    gc.freeze = freeze
-    try:
-        sweep(mode="exhaustive", space=space, scenario=scenarios(load_space(space))[0],
-              objectives=["stps", "tokens_per_joule"], out=str(tmp_path / "one"), workers=1)
-    finally:
-        gc.freeze = real_freeze
+    monkeypatch.setattr(gc, "freeze", freeze)
+    sweep(mode="exhaustive", space=space, scenario=scenarios(load_space(space))[0],
+          objectives=["stps", "tokens_per_joule"], out=str(tmp_path / "one"), workers=1)
+    monkeypatch.undo()
     assert len(frozen_while_running) > 1 and all(count > 0 for count in frozen_while_running)
     assert gc.get_freeze_count() == 0
     assert sorted(map(str, _points(tmp_path / "one"))) == sorted(map(str, _points(tiny["cwd"] / "exhaustive")))
