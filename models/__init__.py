@@ -2,24 +2,10 @@
 
 
 def clear_caches() -> int:
-    """Forget every memoised result of the evaluators (for cold timings and memoisation-identity checks).
+    """Forget every memoised result (see :mod:`deepstack.models.memo`); returns the number of tables cleared."""
+    from deepstack.models import memo
 
-    Returns the number of caches cleared.
-    """
-    import importlib
-    import pkgutil
-
-    cleared = 0
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for value in vars(module).values():
-            if not isinstance(value, type) and callable(getattr(value, "cache_clear", None)):
-                value.cache_clear()
-                cleared += 1
-    from deepstack.models.evaluate import clear_phase_memo
-
-    clear_phase_memo()
-    return cleared
+    return memo.clear_caches()
 
 
 # Young-generation garbage collections every 50,000 allocations instead of Python's 700: the evaluators create

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepstack.errors import UserInputError
+from deepstack.models import memo
 from deepstack.models.network import (
     LevelLoad,
     NetworkTopology,
@@ -334,7 +335,7 @@ class _Plan:
         return len(self.cell_payload) == len(self.counts)
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _plan(op: str, algorithm: str, groups: tuple, structure) -> _Plan:
     """Route the steps of ``op``/``algorithm`` (double_tree: one step per chunk count) once per structure."""
     p = len(groups[0])
@@ -424,13 +425,13 @@ def _timed_steps(plan: _Plan, S: float, topology: NetworkTopology):
     return _step_latency(plan, topology.hop_latencies_s), congestion, peak, loads
 
 
-@functools.lru_cache(maxsize=8192)
+@memo.cached(maxsize=8192)
 def _step_latency(plan: _Plan, hop_latencies_s: tuple[float, ...]) -> np.ndarray:
     """Eq. 4's latency of every step: its slowest flow's Σ hops·δ (shared by every size and bandwidth)."""
     return readonly(np.maximum.reduceat(plan.hop_rows @ np.array(hop_latencies_s), plan.hop_starts))
 
 
-@functools.lru_cache(maxsize=8192)
+@memo.cached(maxsize=8192)
 def _busiest_link_bytes(plan: _Plan, S: float, framing: tuple) -> np.ndarray:
     """(levels × steps) wire bytes on each step's busiest link of each level at size S: eq. 4's congestion but
     for the link speeds, so a bandwidth sweep computes it once. When each step's flows carry one size, the
@@ -512,7 +513,7 @@ def _hierarchy(groups: tuple, topology: NetworkTopology):
     return _hierarchy_on(groups, topology.structure)
 
 
-@functools.lru_cache(maxsize=1024)
+@memo.cached(maxsize=1024)
 def _hierarchy_on(groups: tuple, structure):
     radix = 1
     for _, dims in structure[:-1]:
@@ -559,7 +560,7 @@ def _unavailable(op: str, algorithm: str, groups: tuple, structure) -> str | Non
 
 
 # The two caches below keep per-link byte totals (a few kB each for 256 devices): 2048 entries stay ~10s of MB.
-@functools.lru_cache(maxsize=2048)
+@memo.cached(maxsize=2048)
 def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float) -> _Run:
     if algorithm == "double_tree":
         return _double_tree(S, groups, topology, overhead_s)
@@ -568,7 +569,7 @@ def _run(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkTopo
     return _execute(op, algorithm, S, groups, topology, overhead_s)
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _joint_plan(op: str, algorithms: tuple[str, ...], groups: tuple, structure) -> tuple[_Plan, tuple[int, ...]]:
     """The plans of several algorithms of one collective as one plan (steps concatenated, in order), so their
     step times come out of one vectorised pass; and where each algorithm's steps start (plus the end)."""
@@ -602,7 +603,7 @@ def _steps_of(algorithm: str, counts, latency, congestion, overhead_s: float):
                  for c, lat, cong in zip(counts.tolist(), latency.tolist(), congestion.tolist(), strict=True)), None
 
 
-@functools.lru_cache(maxsize=8192)
+@memo.cached(maxsize=8192)
 def _plan_level_bytes(plan: _Plan, step: int | None, S: float, framing: tuple) -> tuple[float, ...]:
     """Bytes each level's links carry when the plan's steps run (each its count times) at size S — only step
     ``step`` of them when given (the double tree's chosen chunk count). Link speeds do not enter."""
@@ -613,7 +614,7 @@ def _plan_level_bytes(plan: _Plan, step: int | None, S: float, framing: tuple) -
                  for (packet, header), sums in zip(framing, plan.cell_sums, strict=True))
 
 
-@functools.lru_cache(maxsize=1024)
+@memo.cached(maxsize=1024)
 def _usable(op: str, groups: tuple, structure) -> tuple[str, ...]:
     """The algorithms "auto" ranks (see :func:`_ranked` for why pairwise all-to-all is left out)."""
     return tuple(algorithm for algorithm in ALGORITHMS[op] if _unavailable(op, algorithm, groups, structure) is None
@@ -631,7 +632,7 @@ class _Ranking:
     starts: tuple[int, ...]  # where each one's steps start in the joint plan (plus the end)
 
 
-@functools.lru_cache(maxsize=8192)
+@memo.cached(maxsize=8192)
 def _ranking(op: str, groups: tuple, structure) -> _Ranking:
     usable = _usable(op, groups, structure)
     flat = [algorithm for algorithm in usable if algorithm != "hierarchical"]
@@ -641,7 +642,7 @@ def _ranking(op: str, groups: tuple, structure) -> _Ranking:
     return _Ranking(usable, plans, uniform, joint, starts)
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _crossed_levels(groups: tuple, structure) -> tuple[bool, ...]:
     """Per level, whether any flow among the groups' members crosses it: a flow crosses a level exactly when
     its two devices differ in that level's digit of the device id (every device has a port into every level)."""
@@ -689,7 +690,7 @@ def _ranked(op: str, S: float, groups: tuple, topology: NetworkTopology, overhea
     return _ranked_on(op, S, groups, _SeenBy(topology, groups), overhead_s)
 
 
-@functools.lru_cache(maxsize=8192)
+@memo.cached(maxsize=8192)
 def _ranked_on(op: str, S: float, groups: tuple, seen: _SeenBy, overhead_s: float):
     topology = seen.topology
     r = _ranking(op, groups, topology.structure)
@@ -815,7 +816,7 @@ def time_on_groups(op: str, bytes_per_rank: float, groups: tuple, topology: Netw
     return _collective(op, float(bytes_per_rank), groups, topology, algorithm, 0.0)
 
 
-@functools.lru_cache(maxsize=8192)
+@memo.cached(maxsize=8192)
 def _collective(
     op: str, S: float, groups: tuple, topology: NetworkTopology, algorithm: str, overhead_s: float
 ) -> CollectiveResult:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
 from deepstack.models import area as area_model
+from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.schema import ChipArchitecture, Network, SramOption
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
@@ -94,7 +94,7 @@ class DeviceSpec:
         return self.l2_bw_B_per_cycle * self.clock_Hz
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def timing_device(dev: DeviceSpec) -> DeviceSpec:
     """The first device seen that times like ``dev`` (equal in every field but area, TDP and thermal limits).
     Timing memo tables keyed on it then hit by identity, instead of comparing two equal devices field by field
@@ -102,7 +102,7 @@ def timing_device(dev: DeviceSpec) -> DeviceSpec:
     return dev
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, connected_layers: int | None = None,
                    network: Network | None = None, sram: SramOption | None = None,
                    noc_bw_scale: float = 1.0) -> DeviceSpec:

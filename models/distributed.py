@@ -22,11 +22,10 @@ once, so contention between groups is counted.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
-from deepstack.models import collectives, network
+from deepstack.models import collectives, memo, network
 from deepstack.models.hashing import HashedTuple, cached_hash, state_without_hash
 from deepstack.models.workload import DeviceShare, device_share
 from deepstack.schema import LLM, Network, Scenario, Schedule
@@ -69,7 +68,7 @@ class Layouts:
         return _groups(layout, dim, self.devices)
 
 
-@functools.lru_cache(maxsize=16384)
+@memo.cached(maxsize=16384)
 def _groups(layout, dim: str, devices: int) -> tuple[tuple[int, ...], ...]:
     return HashedTuple(network.device_groups(layout, dim, devices))
 
@@ -164,7 +163,7 @@ def stage_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: Devic
     return out
 
 
-@functools.lru_cache(maxsize=16384)
+@memo.cached(maxsize=16384)
 def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
     """Order each module's dimensions by their traffic (heaviest innermost), stages outermost."""
     a, f = schedule.attention, schedule.ffn
@@ -197,27 +196,30 @@ class Route:
         self.op, self.bytes_per_rank, self.groups, self.algorithm = op, bytes_per_rank, groups, algorithm
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def route(op: str, bytes_per_rank: float, groups: tuple, algorithm: str) -> Route:
     """The one :class:`Route` object of these figures (a new one after eviction: a lookup miss, never a wrong
     result)."""
     return Route(op, bytes_per_rank, groups, algorithm)
 
 
-@functools.lru_cache(maxsize=16)
-def _results_on(topology: network.NetworkTopology) -> dict:
-    """Collective results on one topology by route (a search sweeps one topology's schedules at a time)."""
-    return {}
+_RESULTS = memo.Table("collective results per topology", maxsize=16, lru=True)  # topology → {route: result}
+RESULTS_PER_TOPOLOGY = 65536  # routes kept per topology (a search sweeps one topology's schedules at a time)
 
 
 def route_times(routes, topology: network.NetworkTopology) -> list[collectives.CollectiveResult]:
     """The results of several routes on a topology (memoised per topology and route)."""
-    memo = _results_on(topology)
+    kept = _RESULTS.lookup(topology)
+    if kept is None:
+        kept = {}
+        _RESULTS.put(topology, kept)
+    elif len(kept) > RESULTS_PER_TOPOLOGY:
+        kept.clear()
     out = []
     for r in routes:
-        result = memo.get(r)
+        result = kept.get(r)
         if result is None:
-            result = memo[r] = collectives.time_on_groups(r.op, r.bytes_per_rank, r.groups, topology, r.algorithm)
+            result = kept[r] = collectives.time_on_groups(r.op, r.bytes_per_rank, r.groups, topology, r.algorithm)
         out.append(result)
     return out
 

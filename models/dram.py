@@ -22,11 +22,11 @@ models both too few banks for small operators and layout-induced conflicts.
 
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
+from deepstack.models import memo
 from deepstack.models.device import DramSpec
 
 
@@ -134,7 +134,7 @@ def window_service_times_s(dram: DramSpec, blocks, stride_B, window_B, swizzle: 
     return busy / dram.refresh_availability
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def stream_time_s(dram: DramSpec, total_B: float, segment_B: float) -> float:
     """Time to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions
     spread round-robin over the banks (the best case of a well-laid-out tensor)."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from deepstack.errors import UserInputError
-from deepstack.models import distributed, thermal
+from deepstack.models import distributed, memo, thermal
 from deepstack.models import dram as dram_model
 from deepstack.models import power as power_model
 from deepstack.models.collectives import CollectiveResult
@@ -51,7 +51,7 @@ class DesignPoint:
         return _network_devices(self.network) if self.network is not None else self.schedule.devices
 
 
-@functools.lru_cache(maxsize=256)
+@memo.cached(maxsize=256)
 def _network_devices(network: Network) -> int:
     return network.devices
 
@@ -285,7 +285,7 @@ class PhaseResult:
         return core * scale**2 * m, dram * m, noc * m
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f, moe: bool) -> tuple:
     """The collectives of one dense or MoE layer (memoised: the same objects for every evaluation of it)."""
     return HashedTuple(distributed.attention_comms(model, scenario, schedule, share_a)
@@ -293,7 +293,7 @@ def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f
                  + distributed.fsdp_comms(model, scenario, schedule, moe))
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _segments(layer: LayerOps, dev: DeviceSpec, partnered: frozenset) -> tuple:
     """A layer's operator rows in order: runs of rows that run alone (tuples), separated by the GEMMs that
     overlap a collective (``partnered`` names them; their rows depend on the collective's time)."""
@@ -312,7 +312,7 @@ def _segments(layer: LayerOps, dev: DeviceSpec, partnered: frozenset) -> tuple:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _rows_of(kind: str, count: int, op, dev: DeviceSpec) -> tuple[OpRow, ...]:
     """An operator's rows when it runs alone ``count`` times per pass in layers of ``kind`` (a choice: its fastest
     option's): the same rows for every layer that holds it (a device's stages and schedules repeat an operator in
@@ -321,7 +321,7 @@ def _rows_of(kind: str, count: int, op, dev: DeviceSpec) -> tuple[OpRow, ...]:
     return tuple(OpRow(kind, count, t, label) for t in timings)
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _op_timings(op, dev: DeviceSpec) -> tuple[str, tuple[OpTiming, ...]]:
     """An operator's timings when it runs alone (a choice: its fastest option's, and that option's label)."""
     if isinstance(op, Choice):
@@ -365,7 +365,7 @@ class _LayerPlan:
     loose: tuple  # (index, name, whether FSDP prefetches it) of the collectives no GEMM overlaps, in order
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceSpec, layout,
                 networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
     """The layers of a pipeline stage on a device and the stage's own collectives (PP sends), as open plans."""
@@ -389,7 +389,7 @@ def _layer_plan(plan: _LayerRoutes, dev: DeviceSpec) -> _LayerPlan:
     return _LayerPlan(kind, count, plan.routes, tuple(steps), loose)
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
                   networked: bool) -> tuple[tuple[_LayerRoutes, ...], tuple]:
     """The layers of a pipeline stage and the collectives that move data, with their routes (without the
@@ -507,7 +507,7 @@ def _gemms(ops):
                 yield from (o for o in option if isinstance(o, Gemm))
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
     """The scenario of one microbatch (one shared object per input, so memo lookups hit by identity)."""
     if microbatches == 1:
@@ -515,7 +515,7 @@ def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
     return scenario.model_copy(update={"batch": math.ceil(scenario.batch / microbatches)})
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...]) -> HashedTuple:
     """The distinct GEMMs of a phase's workloads (the same on every device)."""
     layers = dict.fromkeys(layer for micro in micros for stage in stages
@@ -523,7 +523,7 @@ def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: 
     return HashedTuple(dict.fromkeys(g for layer in layers for g in _layer_gemms(layer)))
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _layer_gemms(layer: LayerOps) -> tuple:
     return tuple(dict.fromkeys(_gemms(layer.ops)))
 
@@ -543,7 +543,7 @@ def _tune(phases: dict, dev: DeviceSpec) -> None:
     _TUNED.update((gemms, dev) for gemms in todo)
 
 
-@functools.lru_cache(maxsize=16384)
+@memo.cached(maxsize=16384)
 def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Scenario, ...]]:
     """The pipeline stages a phase times, its microbatch options and the scenario of one microbatch of each."""
     stages = tuple(representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers))
@@ -614,7 +614,7 @@ class Report:
         return out
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def device_effective_bw_Bps(dev: DeviceSpec) -> float:
     """Sustained DRAM bandwidth of the device: full-row transactions, half of every PE's L1 in flight (double
     buffering) against the access latency (Little), and the PEs' L1 fill bandwidth (eq. 3)."""
@@ -729,16 +729,19 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True)
 def _hardware(point: DesignPoint, devices: int) -> dict:
     entries = _hardware_entries(point.chip, point.network, point.stacked_layers, point.connected_layers, point.sram,
                                 point.noc_bw_scale, devices)
-    return {**entries, "area_per_device_mm2": dict(entries["area_per_device_mm2"])}
+    out = dict(entries)  # a fresh dict per report: the memo keeps items, which no caller can change
+    out["area_per_device_mm2"] = dict(out["area_per_device_mm2"])
+    return out
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def _hardware_entries(chip: ChipArchitecture, network: Network | None, stacked_layers: int | None,
                       connected_layers: int | None, sram: SramOption | None, noc_bw_scale: float,
-                      devices: int) -> dict:
-    """The report's hardware entries (one hardware point is reported with every schedule of a search)."""
+                      devices: int) -> tuple:
+    """The report's hardware entries as (key, value) pairs (one hardware point is reported with every schedule
+    of a search)."""
     dev = resolve_device(chip, stacked_layers, connected_layers, network, sram, noc_bw_scale)
-    return {
+    return tuple({
         "chip": chip.name,
         "noc": network.name if network is not None else None,
         "devices": devices,
@@ -754,14 +757,13 @@ def _hardware_entries(chip: ChipArchitecture, network: Network | None, stacked_l
         "l2_bw_TBps_per_device": dev.l2_bw_Bps / 1e12,
         "nominal_clock_ghz": dev.clock_Hz / 1e9,
         "tdp_w_per_device": dev.tdp_W,
-        "area_per_device_mm2": dev.area.as_dict(),
-    }
+        "area_per_device_mm2": tuple(dev.area.as_dict().items()),
+    }.items())
 
 
-@functools.lru_cache(maxsize=16384)
 def _schedule(s: Schedule, devices: int) -> dict:
-    """The report's schedule entries but the microbatch count and the collectives (the caller adds them to a
-    copy: a sweep reports each schedule on many hardware points)."""
+    """The report's schedule entries but the microbatch count and the collectives (a fresh dict every call:
+    a report's caller may change it)."""
     return {"text": str(s), "devices": devices, "attention": s.attention.model_dump(), "ffn": s.ffn.model_dump(),
             "pp": s.pp, "fsdp": s.fsdp}
 

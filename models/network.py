@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
 
 TOPOLOGIES = ("switch", "ring", "chain", "mesh", "torus", "fully_connected")
@@ -196,7 +197,7 @@ class NetworkTopology:
         return cls((level,))
 
 
-@functools.lru_cache(maxsize=256)
+@memo.cached(maxsize=256)
 def _from_schema(network) -> NetworkTopology:
     levels = getattr(network, "levels", (network,))
     return NetworkTopology(
@@ -255,7 +256,7 @@ def structure_devices(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> int
     return math.prod(math.prod(dims) for _, dims in structure)
 
 
-@functools.lru_cache(maxsize=64)
+@memo.cached(maxsize=64)
 def _axes(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[_Axis, ...]:
     devices = structure_devices(structure)
     axes: list[_Axis] = []
@@ -271,7 +272,7 @@ def _axes(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[_Axis, ..
     return tuple(axes)
 
 
-@functools.lru_cache(maxsize=64)
+@memo.cached(maxsize=64)
 def _level_link_counts(structure: tuple[tuple[str, tuple[int, ...]], ...]) -> tuple[int, ...]:
     devices = structure_devices(structure)
     counts = [0] * len(structure)
@@ -302,7 +303,7 @@ def _local_path(kind: str, n: int, a: int, b: int) -> list[int]:
     return [n + (a - k) % n for k in range(backward)]
 
 
-@functools.lru_cache(maxsize=64)
+@memo.cached(maxsize=64)
 def _local_table(kind: str, n: int) -> np.ndarray:
     """Padded route table of one axis: ``table[a, b, h]`` = h-th local link from a to b, −1 past the end."""
     paths = [[_local_path(kind, n, a, b) for b in range(n)] for a in range(n)]
@@ -358,7 +359,7 @@ class _Incidence:
     by_link: tuple[sp.csr_matrix, ...]
 
 
-@functools.lru_cache(maxsize=8)
+@memo.cached(maxsize=8)
 def _incidence(structure) -> _Incidence:
     devices = structure_devices(structure)
     pairs = np.arange(devices * devices, dtype=np.int64)
@@ -530,7 +531,7 @@ def _is_dense(topology: NetworkTopology, flows: int) -> bool:
     return _cached(topology) and flows > _DENSE_FRACTION * topology.devices**2
 
 
-@functools.lru_cache(maxsize=32)
+@memo.cached(maxsize=32)
 def _pair_latency(structure, hop_latencies_s: tuple[float, ...]) -> np.ndarray:
     """Zero-load latency Σ_levels hops·δ of every device pair (index s·N + d), s."""
     return readonly(np.asarray(hop_latencies_s) @ _incidence(structure).hops)

@@ -20,6 +20,7 @@ import numpy as np
 
 from deepstack.errors import UserInputError
 from deepstack.models import dram as dram_model
+from deepstack.models import memo
 from deepstack.models.device import DeviceSpec
 from deepstack.models.workload import KV_PAGE_TOKENS, Attention, Gemm, Vector
 
@@ -102,7 +103,7 @@ def _bound(parts: dict[str, float]) -> str:
     return max(parts, key=parts.get)
 
 
-@functools.lru_cache(maxsize=262144)
+@memo.cached(maxsize=262144)
 def _weight_window_time_s(dram: dram_model.DramSpec, blocks: int, block_stride_B: int, window_B: int,
                           swizzle: bool) -> tuple[float, int]:
     """Bank service time of ``blocks`` concurrent streams, each reading ``window_B`` contiguous bytes, their
@@ -432,7 +433,7 @@ def _make_record(g: Gemm, dev: DeviceSpec, c: _Candidates, i: int, swizzle: bool
     )
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def tune_gemm(g: Gemm, dev: DeviceSpec, swizzle: bool = True) -> OpTiming:
     """The fastest tiling of a GEMM on ``dev`` (``swizzle=False`` forces the unswizzled layout, for studies
     and tests)."""
@@ -458,7 +459,7 @@ def overlap_time_s(waves: int, total_comp_s: float, comm_bw_s: float, latency_s:
     return min(serial, tau_comp + (tau_comm + latency_s) + steady)
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def tune_gemm_overlapped(g: Gemm, dev: DeviceSpec, comm_bw_s: float, latency_s: float) -> OpTiming:
     """The tiling that minimises eq. 5 with the collective this GEMM feeds: small tiles give more waves to hide
     communication behind, large tiles more reuse (paper §4.1.5, Fig. 7)."""
@@ -566,7 +567,7 @@ def _time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int,
     )
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     """Flash attention (prefill) or flash decoding with split-KV (decode). Tiles cover requests × KV groups ×
     blocks of the group's query heads × query blocks (× KV splits); tiles sharing a KV stream are scheduled
@@ -704,7 +705,7 @@ def _time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, sp
     )
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def time_vector(op: Vector, dev: DeviceSpec) -> OpTiming:
     """Element-wise operator: vector/SFU throughput against L2 (resident tensors) or a DRAM stream."""
     clock = dev.clock_Hz

@@ -21,7 +21,6 @@ Everything is a pure function of frozen inputs and is memoised. Sizes are in byt
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from deepstack.errors import UserInputError
+from deepstack.models import memo
 from deepstack.schema.llm import LLM
 from deepstack.schema.scenario import Scenario
 from deepstack.schema.schedule import ModuleParallel, Schedule
@@ -75,7 +75,7 @@ def _prime_factors(n: int) -> tuple[tuple[int, int], ...]:
     return tuple(factors)
 
 
-@functools.lru_cache(maxsize=_FACTORIZATION_CACHE)
+@memo.cached(maxsize=_FACTORIZATION_CACHE)
 def _compositions(total: int, parts: int) -> tuple[tuple[int, ...], ...]:
     """All ways to write ``total`` as an ordered sum of ``parts`` non-negative integers (stars and bars:
     C(total + parts − 1, parts − 1) of them), in lexicographic order."""
@@ -84,7 +84,7 @@ def _compositions(total: int, parts: int) -> tuple[tuple[int, ...], ...]:
     return tuple((k, *rest) for k in range(total + 1) for rest in _compositions(total - k, parts - 1))
 
 
-@functools.lru_cache(maxsize=_FACTORIZATION_CACHE)
+@memo.cached(maxsize=_FACTORIZATION_CACHE)
 def ordered_factorizations(n: int, parts: int = 6) -> tuple[tuple[int, ...], ...]:
     """All ordered ``parts``-tuples of positive integers whose product is ``n`` (paper §3.3.1, eq. 2).
 
@@ -186,13 +186,13 @@ class Strategy:
         return cls(m.tp, m.ep, m.sp, m.cp, m.dp, schedule.pp, schedule.fsdp)
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _schedule_of(strategy: Strategy) -> Schedule:
     module = strategy.module()
     return Schedule(attention=module, ffn=module, pp=strategy.pp, fsdp=strategy.fsdp)
 
 
-@functools.lru_cache(maxsize=_FACTORIZATION_CACHE)
+@memo.cached(maxsize=_FACTORIZATION_CACHE)
 def enumerate_strategies(n: int) -> tuple[Strategy, ...]:
     """Every flat strategy on ``n`` devices: each ordered factorization with FSDP off, then on.
 
@@ -494,7 +494,7 @@ def _representative_stages(sizes: tuple[int, ...], starts: tuple[int, ...], dens
     return tuple(sorted(stages))
 
 
-@functools.lru_cache(maxsize=_SCENARIO_CACHE)
+@memo.cached(maxsize=_SCENARIO_CACHE)
 def _footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
     model, precision = scenario.model, scenario.precision
     att, ffn = layout.attention, layout.ffn
@@ -627,7 +627,7 @@ def fits(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float, reser
 # --------------------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=64)  # (scenario, N, capacity) triples: one search touches a few
+@memo.cached(maxsize=64)  # (scenario, N, capacity) triples: one search touches a few
 def _feasible(
     scenario: Scenario, n: int, capacity_B: float | None, reserve: float
 ) -> tuple[tuple[Strategy, ...], tuple[tuple[str, int], ...]]:

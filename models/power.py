@@ -10,10 +10,10 @@ datapath energy must stay below it.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
+from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
 
 PJ = 1e-12
@@ -74,7 +74,7 @@ class EnergyCoefficients:
     dram_J_per_B: float
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def coefficients(device) -> EnergyCoefficients:
     """Energies for a :class:`~deepstack.models.device.DeviceSpec`. Register files are small banked arrays
     (Horowitz's 8 KB point); L1 and L2 by their capacity."""

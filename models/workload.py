@@ -13,10 +13,10 @@ distinct experts a step touches is E·(1 − (1 − k/E)^T) (each token picks k 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
+from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.models.parallel import pipeline_stage_layers
 from deepstack.schema import LLM, Scenario
@@ -145,7 +145,7 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-@functools.lru_cache(maxsize=16384)
+@memo.cached(maxsize=16384)
 def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: int, stage: int = 0,
                  context_len: int | None = None) -> DeviceShare:
     """Split the scenario over one device. In decode every request contributes one token and sees
@@ -182,7 +182,7 @@ def expected_active_experts(experts: int, top_k: int, tokens: float) -> float:
     return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
 
 
-@functools.lru_cache(maxsize=16384)  # schedules that share a device's attention share its operators
+@memo.cached(maxsize=16384)  # schedules that share a device's attention share its operators
 def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, tp: int, phase: str, a: float,
                    w: float, kv: float) -> tuple[Op, ...]:
     """Projections and core of one attention block (per layer) for ``t`` tokens and ``requests`` requests of
@@ -249,7 +249,7 @@ def _mla_core(t: int, r: int, q_len: int, kv_len: int, phase: str, hq: int, c_ra
     return [Choice("mla_core", (("absorbed", _interned_ops(absorbed)), ("non-absorbed", _interned_ops(plain))))]
 
 
-@functools.lru_cache(maxsize=16384)
+@memo.cached(maxsize=16384)
 def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: bool) -> tuple[Op, ...]:
     """The FFN (dense or MoE) of one layer for ``t`` tokens."""
     d = model.hidden
@@ -303,7 +303,7 @@ class LayerOps:
     ops: tuple[Op, ...]
 
 
-@functools.lru_cache(maxsize=65536)
+@memo.cached(maxsize=65536)
 def _interned(item):
     """The first of equal operators (or layers) built: memo tables keyed on them then find them by identity
     instead of comparing equal ones field by field (each schedule builds its own, mostly equal, operators)."""
@@ -319,7 +319,7 @@ def _layer(kind: str, layers: int, ops: tuple) -> LayerOps:
     return _interned(LayerOps(kind, layers, ops))
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
                    stage: int = 0, context_len: int | None = None) -> tuple[LayerOps, ...]:
     """Operators of one forward pass on one device of pipeline stage ``stage``."""

@@ -25,6 +25,7 @@ from ortools.sat.python import cp_model
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
 from deepstack.models import area as area_model
+from deepstack.models import memo
 from deepstack.models.parallel import Strategy, feasible_strategies
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint, scaled_network
@@ -394,7 +395,7 @@ def nearest_feasible(space: DesignSpace, scenario: Scenario, proposal: Proposal)
     return _feasibility(space, scenario).repair(proposal)
 
 
-@functools.lru_cache(maxsize=16)
+@memo.cached(maxsize=16)
 def _feasibility(space: DesignSpace, scenario: Scenario) -> Feasibility:
     return Feasibility(space, scenario)
 

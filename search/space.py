@@ -9,6 +9,7 @@ from pathlib import Path
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
+from deepstack.models import memo
 from deepstack.models.evaluate import DesignPoint
 from deepstack.models.parallel import enumerate_strategies
 from deepstack.schema import DesignSpace, Network, Scenario, Schedule, load_file, validate
@@ -127,7 +128,7 @@ def with_level_bw(point: HardwarePoint, scales: tuple[float, ...]) -> HardwarePo
     return HardwarePoint(**{**point.__dict__, "level_bw_scales": tuple(scales)})
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def scaled_network(noc: str, hop_latency_scale: float, level_bw_scales: tuple[float, ...]) -> Network:
     """A catalog NoC with every hop latency and each level's link bandwidth scaled."""
     base = catalog.load("nocs", noc)

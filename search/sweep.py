@@ -16,7 +16,6 @@ import collections
 import contextlib
 import csv
 import dataclasses
-import functools
 import gc
 import hashlib
 import itertools
@@ -33,7 +32,7 @@ import numpy as np
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
-from deepstack.models import network, tune_gc
+from deepstack.models import memo, network, tune_gc
 from deepstack.models.evaluate import evaluate, prepare_phases
 from deepstack.models.parallel import feasible_strategies
 from deepstack.models.schedule_search import OBJECTIVES
@@ -98,7 +97,7 @@ def _affinity_order(space: DesignSpace, points: list[HardwarePoint]) -> list[Har
     return sorted(points, key=key)
 
 
-@functools.lru_cache(maxsize=64)
+@memo.cached(maxsize=64)
 def _scenario(text: str) -> Scenario:
     """One scenario object per worker (memo lookups keyed on it then match by identity)."""
     return Scenario.model_validate_json(text)

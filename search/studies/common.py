@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
+from deepstack.models import memo
 from deepstack.models.evaluate import DesignPoint, Report, evaluate
 from deepstack.models.schedule_search import OBJECTIVES, best_schedule
 from deepstack.schema import Scenario, Schedule, SramOption, validate
@@ -36,7 +35,7 @@ def point(chip: str, sc: Scenario, noc: str | None = None, stacked_layers: int |
                        noc_bw_scale=noc_bw_scale)
 
 
-@functools.lru_cache(maxsize=4096)
+@memo.cached(maxsize=4096)
 def best(design: DesignPoint, objective: str = "stps") -> Report | None:
     """The best schedule's report for a hardware point (None when nothing fits the point)."""
     if objective not in OBJECTIVES:

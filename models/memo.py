@@ -1,0 +1,142 @@
+"""The one home of every memo table (evaluators and search alike).
+
+Every stage of an evaluation is a pure function of frozen inputs, so its results can be kept and shared by
+every design point that asks again. Two kinds of table exist, both registered here when they are created:
+
+* :func:`cached` — a bounded LRU memo of a pure function (``functools.lru_cache`` underneath). Its key is the
+  function's arguments, so it can never fall out of step with the inputs; a value it keeps must not be
+  changed by anyone (return tuples, frozen dataclasses or read-only arrays — :func:`cached` refuses to keep a
+  ``dict``, ``list``, ``set`` or ``bytearray``).
+* :class:`Table` — a bounded dict for memos filled in batches (e.g. all GEMMs of a hardware point tuned at
+  once). It forgets everything when full (``lru=False``) or its least recently used entry (``lru=True``).
+
+:func:`clear_caches` empties every table of every module imported so far: a table of a module never imported
+holds nothing. Memoisation never changes a number; ``tests/test_memoisation.py`` checks it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+_MUTABLE = (dict, list, set, bytearray)
+_REGISTRY: list[Any] = []  # every table made by cached() or Table, in creation order
+
+
+class MutableMemoValueError(TypeError):
+    """A memoised function returned a value its callers could change under every other caller's feet."""
+
+
+def cached(maxsize: int) -> Callable[[Callable], Callable]:
+    """Memoise a pure function in a bounded LRU table registered with :func:`clear_caches`.
+
+    Args:
+        maxsize: the most entries kept (a power of two is customary; must be positive: nothing unbounded).
+    """
+    if maxsize is None or maxsize <= 0:
+        raise ValueError("memo tables are bounded: give maxsize > 0")
+
+    def decorate(function: Callable) -> Callable:
+        table = functools.lru_cache(maxsize=maxsize)(_refusing_mutable(function))
+        functools.update_wrapper(table, function)
+        _REGISTRY.append(table)
+        return table
+
+    return decorate
+
+
+def _refusing_mutable(function: Callable) -> Callable:
+    """``function`` with a check of what it returns (runs on a memo miss only, so it costs nothing on a hit)."""
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        value = function(*args, **kwargs)
+        if isinstance(value, _MUTABLE):
+            raise MutableMemoValueError(
+                f"{function.__module__}.{function.__qualname__} returned a {type(value).__name__}; a memoised "
+                "value is shared by every caller, so return an immutable one (tuple, frozen dataclass, ...)")
+        return value
+
+    return checked
+
+
+class Table(dict):
+    """A bounded memo dict registered with :func:`clear_caches`.
+
+    Use :meth:`put` to add (it enforces the bound); reads are plain dict reads. ``lru=True`` keeps the
+    most recently used entries (a read through :meth:`lookup` refreshes one); otherwise the table is emptied
+    when full, which costs nothing per read.
+    """
+
+    def __init__(self, name: str, maxsize: int, lru: bool = False) -> None:
+        super().__init__()
+        if maxsize <= 0:
+            raise ValueError("memo tables are bounded: give maxsize > 0")
+        self.name, self.maxsize, self.lru = name, maxsize, lru
+        self._order: OrderedDict | None = OrderedDict() if lru else None
+        _REGISTRY.append(self)
+
+    def put(self, key, value) -> None:
+        if key not in self and len(self) >= self.maxsize:
+            if self._order is None:
+                self.clear()
+            else:
+                oldest, _ = self._order.popitem(last=False)
+                del self[oldest]
+        self[key] = value
+        if self._order is not None:
+            self._order[key] = None
+            self._order.move_to_end(key)
+
+    def lookup(self, key, default=None):
+        """The value kept for ``key`` (refreshing it in an LRU table), or ``default``."""
+        found = self.get(key, default)
+        if self._order is not None and key in self._order:
+            self._order.move_to_end(key)
+        return found
+
+    def cache_clear(self) -> None:
+        self.clear()
+        if self._order is not None:
+            self._order.clear()
+
+    def cache_info(self) -> tuple[int, int]:
+        """(entries, bound)."""
+        return len(self), self.maxsize
+
+
+def registered() -> tuple[Any, ...]:
+    """Every memo table created so far (for tests and benchmarks)."""
+    return tuple(_REGISTRY)
+
+
+def entries() -> int:
+    """Entries held by every table together (0 right after :func:`clear_caches`)."""
+    total = 0
+    for table in _REGISTRY:
+        total += len(table) if isinstance(table, Table) else table.cache_info().currsize
+    return total
+
+
+def clear_caches() -> int:
+    """Forget every memoised result of every imported module (for cold timings and memo-identity checks).
+
+    Returns the number of tables cleared.
+    """
+    for table in _REGISTRY:
+        table.cache_clear()
+    for hook in _CLEAR_HOOKS:
+        hook()
+    return len(_REGISTRY)
+
+
+_CLEAR_HOOKS: list[Callable[[], None]] = []
+
+
+def on_clear(hook: Callable[[], None]) -> Callable[[], None]:
+    """Also run ``hook`` on :func:`clear_caches` (for state that is not a table, e.g. interned objects kept on
+    instances). Returns the hook, so it can decorate."""
+    _CLEAR_HOOKS.append(hook)
+    return hook
