@@ -1,7 +1,7 @@
-"""The chip model against the paper's Table 2 and the area-model laws (models/area.py, models/device.py;
-paper §4.1.1, Table 2; CALIBRATION.md §1).
+"""The chip model against the paper's Table 2 and the area-model laws (models/hardware/area.py,
+models/hardware/device.py; paper §4.1.1, Table 2; docs/calibration.md §1).
 
-Table 2 is hard-coded below from the paper (../shared/paper/deepstack-methods.md, Table 2 and its notes), so a
+Table 2 is hard-coded below from the paper (Table 2 and its notes; docs/calibration.md §1), so a
 preset edited to match a wrong model cannot make these tests pass; the presets' own ``[paper_table2]`` copies
 are checked against it as well.
 """
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
-from deepstack.models.device import resolve_device
+from deepstack.models.hardware.device import resolve_device
 from deepstack.schema import ChipArchitecture
 
 GiB = 1024**3
@@ -108,7 +108,7 @@ def test_standard_golden_device():
 
 @pytest.mark.parametrize(("scale", "pes"), [(0.75, 9), (1.0, 8), (2.0, 5)])
 def test_noc_bandwidth_anchor(scale, pes):
-    """CALIBRATION.md §1 (paper §5.5.5): Standard on TMS1 with every NoC level's bandwidth ×0.75 / ×1 / ×2
+    """docs/calibration.md §1 (paper §5.5.5): Standard on TMS1 with every NoC level's bandwidth ×0.75 / ×1 / ×2
     leaves 9 / 8 / 5 PEs per cluster."""
     assert resolve_device(_chip("standard"), 4, 4, _tms1(), noc_bw_scale=scale).pes == pes
 

@@ -1,4 +1,4 @@
-"""3D-DRAM bandwidth model (models/dram.py; paper §2.3.1, §4.1.3 (i)–(iv), eq. 1 and 3).
+"""3D-DRAM bandwidth model (models/hardware/dram.py; paper §2.3.1, §4.1.3 (i)–(iv), eq. 1 and 3).
 
 Standard chip at m = n = 4 (standard.toml): 128 banks (4 layers × 32), 2 KiB rows, peak 1.6375 TB/s, so a bank
 streams at 1.6375e12 / 128 = 12.793 GB/s and a full row transfers in 2048 / 12.793e9 = 160.09 ns; every row
@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepstack import catalog
-from deepstack.models import dram
-from deepstack.models.device import resolve_device
-from deepstack.models.operators import tune_gemm
-from deepstack.models.workload import Gemm
+from deepstack.models.compute.gemm_tuner import tune_gemm
+from deepstack.models.compute.workload import Gemm
+from deepstack.models.hardware import dram
+from deepstack.models.hardware.device import resolve_device
 
 ROW_B = 2048
 BANKS = 128

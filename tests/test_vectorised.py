@@ -1,4 +1,5 @@
-"""The vectorised and batched fast paths compute exactly what the scalar models do (issue "Speed")."""
+"""The vectorised and batched fast paths compute exactly what the scalar reference models do
+(tests/scalar_reference.py), to the last digit."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import pickle
 
 import numpy as np
 import pytest
+import scalar_reference as reference
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepstack import catalog
-from deepstack.models import clear_caches, dram, operators
-from deepstack.models.device import resolve_device
+from deepstack.models import clear_caches
+from deepstack.models.compute import attention, gemm, gemm_tuner
+from deepstack.models.compute.overlap import overlap_time_s
+from deepstack.models.compute.workload import Attention, Gemm
+from deepstack.models.hardware import dram
+from deepstack.models.hardware.device import resolve_device
 from deepstack.models.hashing import HashedTuple
-from deepstack.models.workload import Attention, Gemm
 
 DEVICE = resolve_device(catalog.load("chips", "standard"), 4, 2, catalog.load("nocs", "tms1"), None)
 GEMMS = [Gemm("q", 64, 4096, 7168), Gemm("experts", 48, 2048, 7168, groups=8),
@@ -36,11 +41,11 @@ def test_window_service_times_equal_the_scalar_bank_model(blocks, stride_rows, s
 
 def test_gemms_tuned_in_one_batch_equal_gemms_tuned_alone():
     clear_caches()
-    operators.prepare_gemms(GEMMS, DEVICE)
-    batched = {g: operators._candidates(g, DEVICE) for g in GEMMS}
+    gemm_tuner.prepare_gemms(GEMMS, DEVICE)
+    batched = {g: gemm_tuner.tilings(g, DEVICE) for g in GEMMS}
     for g in GEMMS:
         clear_caches()
-        alone = operators._candidates(g, DEVICE)
+        alone = gemm_tuner.tilings(g, DEVICE)
         for field in ("tm", "tn", "tk", "stages", "split", "grouped", "time_s", "waves"):
             assert np.array_equal(getattr(batched[g], field), getattr(alone, field)), (g.name, field)
 
@@ -51,26 +56,66 @@ def test_batched_gemm_candidates_equal_the_scalar_timing():
     wgmma = resolve_device(catalog.load("chips", "wgmma"), 8, 3, catalog.load("nocs", "tms1"), None)
     for device, swizzle in ((DEVICE, True), (wgmma, True), (DEVICE, False)):
         for g in GEMMS:
-            c = operators._candidates(g, device, swizzle)
+            c = gemm_tuner.tilings(g, device, swizzle)
             for i in range(len(c.time_s)):
-                scalar = operators._retime(g, device, c, i, swizzle)
+                scalar = reference.retime(g, device, c, i, swizzle)
                 assert scalar.time_s == c.time_s[i], (g.name, i)
-                assert operators._record(g, device, c, i, swizzle) == scalar, (g.name, i)
+                assert gemm.record(g, device, c, i, swizzle) == scalar, (g.name, i)
 
 
-def test_vectorised_attention_equals_the_scalar_timing():
-    ops = [Attention("decode", "decode", 64, 1, 1536, 16, 8, 128, 128, 512.0),
-           Attention("prefill", "prefill", 2, 1024, 1024, 4, 8, 192, 128, 1024.0)]
-    for op in ops:
-        grid = [(hb, bq, split, stages, kv) for hb in (1, 2, 4, 8, 16) for bq in ((1,) if op.q_len == 1 else (16, 64))
-                for split in ((1, 2, 4) if op.q_len == 1 else (1,)) for stages in (2, 3) for kv in (16, 64)]
-        fitting = [c for c in grid if operators._time_attention(op, DEVICE, *c) is not None]
-        assert fitting
-        columns = [np.array(col) for col in zip(*fitting, strict=True)]
-        head_block = np.minimum(columns[0], op.q_per_group)
-        times = operators._attention_times(op, DEVICE, head_block, columns[1], columns[2], columns[3], columns[4])
-        for candidate, time_s in zip(fitting, times, strict=True):
-            assert operators._time_attention(op, DEVICE, *candidate).time_s == time_s, candidate
+ATTENTIONS = [Attention("decode", "decode", 64, 1, 1536, 16, 8, 128, 128, 512.0),
+              Attention("prefill", "prefill", 2, 1024, 1024, 4, 8, 192, 128, 1024.0),
+              Attention("mla", "decode", 32, 1, 4096, 128, 1, 576, 512, 1152.0),
+              Attention("short", "decode", 1, 1, 40, 1, 1, 64, 64, 256.0),
+              Attention("prefill_long", "prefill", 1, 4096, 8192, 8, 2, 128, 128, 512.0, causal=True)]
+
+
+@pytest.mark.parametrize("op", ATTENTIONS, ids=lambda op: op.name)
+def test_vectorised_attention_records_equal_the_scalar_timing(op):
+    """Every fitting layout's time and full timing record (waves, bound, traffic, config) are the scalar model's,
+    to the last digit; the tuned record is the scalar record of the fastest layout."""
+    grid = [(hb, bq, split, stages, kv) for hb in (1, 2, 4, 8, 16) for bq in ((1,) if op.q_len == 1 else (16, 64))
+            for split in ((1, 2, 4) if op.q_len == 1 else (1,)) for stages in (2, 3) for kv in (16, 64)]
+    fitting = [c for c in grid if reference.time_attention(op, DEVICE, *c) is not None]
+    assert fitting
+    columns = [np.array(col) for col in zip(*fitting, strict=True)]
+    head_block = np.minimum(columns[0], op.q_per_group)
+    layouts = attention.time_layouts(op, DEVICE, head_block, columns[1], columns[2], columns[3], columns[4])
+    for i, candidate in enumerate(fitting):
+        scalar = reference.time_attention(op, DEVICE, *candidate)
+        assert scalar.time_s == layouts.time_s[i], candidate
+        assert attention.layout_record(op, DEVICE, layouts, i) == scalar, candidate
+    clear_caches()
+    tuned = attention.tune_attention(op, DEVICE)
+    assert tuned.time_s <= min(reference.time_attention(op, DEVICE, *c).time_s for c in fitting)
+
+
+@settings(max_examples=80, deadline=None)
+@given(total=st.floats(0.0, 1e9), segment=st.floats(1.0, 1e6), direct=st.booleans())
+def test_stream_time_on_floats_and_arrays_equals_the_scalar_reference(total, segment, direct):
+    spec = DEVICE.dram if direct else resolve_device(catalog.load("chips", "h100-star")).dram
+    expected = reference.stream_time_s(spec, total, segment)
+    assert dram.stream_time_s(spec, total, segment) == expected
+    assert dram.stream_time_s(spec, np.array([total, 0.0]), segment)[0] == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(bytes_B=st.floats(0.0, 1e9), in_flight=st.floats(0.0, 1e8), active=st.integers(1, 64),
+       bank_s=st.floats(0.0, 1e-2))
+def test_wave_dram_law_on_floats_and_arrays_equals_the_scalar_reference(bytes_B, in_flight, active, bank_s):
+    expected = reference.dram_time_s(DEVICE, bytes_B, in_flight, active, bank_s)
+    l1_fill = active * DEVICE.l1_bw_B_per_cycle * DEVICE.clock_Hz
+    assert dram.wave_dram_time_s(DEVICE.dram, bytes_B, in_flight, l1_fill, bank_s) == expected
+    arrays = dram.wave_dram_time_s(DEVICE.dram, np.array([bytes_B, 0.0]), np.array([in_flight, in_flight]),
+                                   np.array([l1_fill, l1_fill]), np.array([bank_s, bank_s]))
+    assert arrays[0] == expected and arrays[1] == 0.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(waves=st.integers(0, 64), comp=st.floats(0.0, 1e-2), comm=st.floats(0.0, 1e-2), latency=st.floats(0.0, 1e-4))
+def test_overlap_on_arrays_equals_overlap_on_floats(waves, comp, comm, latency):
+    scalar = overlap_time_s(waves, comp, comm, latency)
+    assert overlap_time_s(np.array([waves, 1]), np.array([comp, comp]), comm, latency)[0] == scalar
 
 
 def test_cached_hashes_never_cross_a_process_boundary():

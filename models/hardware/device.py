@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
-from deepstack.models import area as area_model
 from deepstack.models import memo
+from deepstack.models.hardware import area as area_model
 from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.schema import ChipArchitecture, Network, SramOption
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
 
-HBM_BANKS_PER_PSEUDO_CHANNEL = 16  # CALIBRATION.md §4: HBM3 4 bank groups × 4 banks
+HBM_BANKS_PER_PSEUDO_CHANNEL = 16  # docs/calibration.md §4: HBM3 4 bank groups × 4 banks
 HBM_PHY_MM2_PER_STACK = 10.0  # paper §2.2: 2.5D "PHY macros occupy tens of mm²" (per stack, inferred)
 
 
@@ -48,7 +48,7 @@ class DeviceSpec:
     __getstate__ = state_without_hash
 
     # Fields that do not change an operator's timing are left out of equality and hashing, so operator and
-    # collective results are shared by every device that times the same (memoisation, DESIGN.md §3).
+    # collective results are shared by every device that times the same (memoisation, docs/architecture.md).
     name: str = field(compare=False)
     is_3d: bool
     pes: int
@@ -123,26 +123,20 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         if n > m:
             raise UserInputError(f"connected_layers (n = {n}) must be ≤ stacked_layers (m = {m})")
         dram = dram.model_copy(update={"stacked_layers": m, "connected_layers": n})
-        dram_spec = DramSpec(
-            technology=dram.technology, stacked_layers=m, connected_layers=n, capacity_B=dram.capacity_B,
-            peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,
-            row_overhead_s=dram.timing.row_cycle_overhead_s, access_latency_s=dram.timing.access_latency_s,
-            refresh_availability=dram.timing.refresh_availability,
-            interleave_ways=dram.interleave_ways if dram.connectivity == "interleaved" else 1,
-            energy_J_per_B=dram.energy_pJ_per_bit * 8e-12,
-        )
+        interleave_ways = dram.interleave_ways if dram.connectivity == "interleaved" else 1  # 1: direct-attached
     else:
         if stacked_layers is not None or connected_layers is not None:
             raise UserInputError(f"stacked/connected layers apply to 3D-stacked chips only; {chip.name} uses HBM")
-        dram_spec = DramSpec(
-            technology=dram.technology, stacked_layers=0, connected_layers=0, capacity_B=dram.capacity_B,
-            peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,
-            row_overhead_s=dram.timing.row_cycle_overhead_s, access_latency_s=dram.timing.access_latency_s,
-            refresh_availability=dram.timing.refresh_availability,
-            # HBM: the 16 banks (4 bank groups × 4) of a pseudo-channel interleave behind it (CALIBRATION.md §4)
-            interleave_ways=HBM_BANKS_PER_PSEUDO_CHANNEL,
-            energy_J_per_B=dram.energy_pJ_per_bit * 8e-12,
-        )
+        m = n = 0
+        # HBM: the 16 banks (4 bank groups × 4) of a pseudo-channel interleave behind it (docs/calibration.md §4)
+        interleave_ways = HBM_BANKS_PER_PSEUDO_CHANNEL
+    dram_spec = DramSpec(
+        technology=dram.technology, stacked_layers=m, connected_layers=n, capacity_B=dram.capacity_B,
+        peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,
+        row_overhead_s=dram.timing.row_cycle_overhead_s, access_latency_s=dram.timing.access_latency_s,
+        refresh_availability=dram.timing.refresh_availability, interleave_ways=interleave_ways,
+        energy_J_per_B=dram.energy_pJ_per_bit * 8e-12,
+    )
     l1_KiB = sram.l1_KiB if sram and sram.l1_KiB else chip.pe.l1_KiB
     l1_bw = chip.pe.l1_bw_B_per_cycle * (sram.l1_bw_scale if sram else 1.0)
     l2_MiB = sram.l2_MiB if sram and sram.l2_MiB else d.l2_MiB

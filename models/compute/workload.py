@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
-from deepstack.models.parallel import pipeline_stage_layers
+from deepstack.models.parallel.strategies import pipeline_stage_layers
 from deepstack.schema import LLM, Scenario
 from deepstack.schema.schedule import ModuleParallel
 

@@ -12,7 +12,7 @@ Component areas at 7 nm, in mm²:
 
 The paper's post-synthesis anchors are not public. The coefficients below were therefore calibrated once, by
 ``benchmarks/calibrate_area.py`` (a linear programme), to reproduce every Table 2 PE count at m = n = 4 on TMS1
-and the §5.5.5 NoC anchor (CALIBRATION.md §1: NoC bandwidth ×0.75 / ×1 / ×2 leaves 9 / 8 / 5 PEs), with the
+and the §5.5.5 NoC anchor (docs/calibration.md §1: NoC bandwidth ×0.75 / ×1 / ×2 leaves 9 / 8 / 5 PEs), with the
 largest possible margin (≈1.9 mm² from every fit/no-fit boundary). The DRAM-interface coefficients are fixed
 inputs of that programme (inferred, see below), and the SRAM density lands within the range of 7 nm macros.
 """
@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from deepstack.models.network import topology_kind
 
 AREA_OVERHEAD = 0.15  # paper §4.1.1: +15 % of the summed components for control and routing
 
@@ -40,24 +42,9 @@ DRAM_PERIPHERAL_MM2_PER_LAYER = 1.5  # TSV / hybrid-bond landing and repair per 
 
 
 def noc_ports(topology: str, dims: tuple[int, ...]) -> int:
-    """Links one node drives at a network level (its degree)."""
-    size = math.prod(dims)
-    if size <= 1:
-        return 0
-    if topology == "switch":
-        return 1
-    if topology == "fully_connected":
-        return size - 1
-    if topology == "chain":
-        return 2 if size > 2 else 1
-    if topology == "ring":
-        return 2 if size > 2 else 1
-    # 2-D: a mesh node has up to 4 neighbours (interior), a torus node always 4 (2 if a dimension is 2)
-    ports = 0
-    for d in dims:
-        if d > 1:
-            ports += 1 if d == 2 else 2
-    return ports
+    """Links one node drives at a network level (its degree): see :meth:`~deepstack.models.network.Topology.ports`
+    (a mesh node counts its interior degree, up to 4; a torus node 4, or 2 per dimension of two nodes)."""
+    return topology_kind(topology).ports(tuple(dims))
 
 
 def network_bw_per_device_Bps(levels) -> float:

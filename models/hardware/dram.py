@@ -1,4 +1,4 @@
-"""3D-stacked DRAM and HBM bandwidth model (paper §2.3.1, §4.1.3, eq. 1 and 3; DESIGN.md §4).
+"""3D-stacked DRAM and HBM bandwidth model (paper §2.3.1, §4.1.3, eq. 1 and 3; docs/model.md).
 
 Derivation of the transaction-size curve. The vendor curve of the paper's Fig. 2 is not public, so it is
 derived from bank timing: a bank serves an s-byte transaction (s ≤ one row) in
@@ -26,8 +26,7 @@ import math
 
 import numpy as np
 
-from deepstack.models import memo
-from deepstack.models.device import DramSpec
+from deepstack.models.hardware.device import DramSpec
 
 
 def transaction_efficiency(dram: DramSpec, transaction_B: float) -> float:
@@ -71,82 +70,86 @@ def _row_chunks(starts: np.ndarray, lengths: np.ndarray, row_B: int,
     return rows, chunk_end - chunk_start
 
 
-def bank_service_time_s(dram: DramSpec, starts, lengths, bank_offsets=None) -> tuple[float, int]:
-    """Service time of a set of concurrent accesses, and the number of banks they touch.
+def _service_times_s(dram: DramSpec, owner: np.ndarray, windows: int, starts: np.ndarray, lengths: np.ndarray,
+                     bank_offsets: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The bank model's core: service time of each of ``windows`` sets of concurrent accesses (access i belongs
+    to set ``owner[i]``), and the bytes each set puts on each bank (windows × banks).
 
     Rows are interleaved across banks (bank = row mod banks); a swizzled layout rotates each access's banks by
     its offset (the compiler staggers concurrently streamed blocks so they start on different banks). Every
     chunk costs its bank one activation + precharge plus its bytes at the channel bandwidth. With
     w-way interleaving, the w banks of a channel (bank mod channels) overlap activations with each other's
-    transfers, but the channel carries one transfer at a time and a bank cannot overlap with itself.
+    transfers, but the channel carries one transfer at a time and a bank cannot overlap with itself. The busiest
+    bank (or channel) sets the time; refresh stretches it.
     """
-    starts = np.asarray(starts, dtype=np.int64)
-    lengths = np.asarray(lengths, dtype=np.int64)
     counts = _chunk_counts(starts, lengths, dram.row_B)
     rows, chunk_bytes = _row_chunks(starts, lengths, dram.row_B, counts)
     banks = rows % dram.banks
     if bank_offsets is not None:
-        banks = (banks + np.repeat(np.asarray(bank_offsets, dtype=np.int64), counts)) % dram.banks
-    bytes_per_bank = np.bincount(banks, weights=chunk_bytes, minlength=dram.banks)
-    activations = np.bincount(banks, minlength=dram.banks)
-    ways = dram.interleave_ways
-    channel_bw = dram.bank_bw_Bps * ways
-    per_bank = bytes_per_bank / channel_bw + activations * dram.row_overhead_s
-    busy = per_bank
-    if ways > 1:
-        channels = dram.banks // ways
-        transfers = np.bincount(np.arange(dram.banks) % channels, weights=bytes_per_bank / channel_bw)
-        busy = np.maximum(per_bank.max(), transfers.max())
-    return float(np.max(busy)) / dram.refresh_availability, int((bytes_per_bank > 0).sum())
-
-
-def window_service_times_s(dram: DramSpec, blocks, stride_B, window_B, swizzle: bool) -> np.ndarray:
-    """:func:`bank_service_time_s` of many weight windows at once (the GEMM tuner's candidates): window i is
-    ``blocks[i]`` concurrent streams of ``window_B[i]`` contiguous bytes whose starts are ``stride_B[i]`` apart;
-    a swizzled layout staggers stream j by j windows' worth of rows. Same arithmetic, element by element."""
-    blocks = np.asarray(blocks, dtype=np.int64)
-    stride = np.asarray(stride_B, dtype=np.int64)
-    window = np.asarray(window_B, dtype=np.int64)
-    n = len(blocks)
-    owner = np.repeat(np.arange(n), blocks)  # window of every stream
-    block = np.arange(len(owner)) - np.repeat(np.cumsum(blocks) - blocks, blocks)  # stream index in its window
-    starts = block * stride[owner]
-    lengths = window[owner]
-    counts = _chunk_counts(starts, lengths, dram.row_B)
-    rows, chunk_bytes = _row_chunks(starts, lengths, dram.row_B, counts)
-    banks = rows % dram.banks
-    if swizzle:
-        offsets = block * -(-window[owner] // dram.row_B)
-        banks = (banks + np.repeat(offsets, counts)) % dram.banks
+        banks = (banks + np.repeat(bank_offsets, counts)) % dram.banks
     cell = np.repeat(owner, counts) * dram.banks + banks
-    bytes_per_bank = np.bincount(cell, weights=chunk_bytes, minlength=n * dram.banks).reshape(n, dram.banks)
-    activations = np.bincount(cell, minlength=n * dram.banks).reshape(n, dram.banks)
+    size = windows * dram.banks
+    bytes_per_bank = np.bincount(cell, weights=chunk_bytes, minlength=size).reshape(windows, dram.banks)
+    activations = np.bincount(cell, minlength=size).reshape(windows, dram.banks)
     ways = dram.interleave_ways
     channel_bw = dram.bank_bw_Bps * ways
     per_bank = bytes_per_bank / channel_bw + activations * dram.row_overhead_s
     busy = per_bank.max(axis=1)
     if ways > 1:
         channels = dram.banks // ways
-        channel_of = np.arange(dram.banks) % channels
-        transfers = np.zeros((n, channels))
-        np.add.at(transfers, (slice(None), channel_of), bytes_per_bank / channel_bw)
-        busy = np.maximum(busy, transfers.max(axis=1))
-    return busy / dram.refresh_availability
+        channel_cell = (np.arange(windows)[:, None] * channels + np.arange(dram.banks) % channels).ravel()
+        transfers = np.bincount(channel_cell, weights=(bytes_per_bank / channel_bw).ravel(),
+                                minlength=windows * channels)
+        busy = np.maximum(busy, transfers.reshape(windows, channels).max(axis=1))
+    return busy / dram.refresh_availability, bytes_per_bank
 
 
-@memo.cached(maxsize=65536)
-def stream_time_s(dram: DramSpec, total_B: float, segment_B: float) -> float:
-    """Time to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions
-    spread round-robin over the banks (the best case of a well-laid-out tensor)."""
-    if total_B <= 0:
-        return 0.0
-    segment = max(1.0, min(segment_B, total_B))
-    transactions = math.ceil(total_B / segment)
-    per_bank = math.ceil(transactions / dram.banks)
-    rows_per_transaction = math.ceil(segment / dram.row_B)
-    bank_bw = dram.bank_bw_Bps
-    bytes_per_bank = min(per_bank * segment, total_B)
-    busy = bytes_per_bank / bank_bw + per_bank * rows_per_transaction * dram.row_overhead_s
+def bank_service_time_s(dram: DramSpec, starts, lengths, bank_offsets=None) -> tuple[float, int]:
+    """Service time (s) of one set of concurrent accesses ``[start, start + length)`` (bytes), and the number of
+    banks they touch; ``bank_offsets`` rotates each access's banks (a swizzled layout). See
+    :func:`_service_times_s` for the bank model."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    offsets = None if bank_offsets is None else np.asarray(bank_offsets, dtype=np.int64)
+    times, bytes_per_bank = _service_times_s(dram, np.zeros(len(starts), dtype=np.int64), 1, starts, lengths, offsets)
+    return float(times[0]), int((bytes_per_bank[0] > 0).sum())
+
+
+def window_service_times_s(dram: DramSpec, blocks, stride_B, window_B, swizzle: bool) -> np.ndarray:
+    """Service times (s) of many weight windows at once (the GEMM tuner's candidates): window i is ``blocks[i]``
+    concurrent streams of ``window_B[i]`` contiguous bytes whose starts are ``stride_B[i]`` apart; a swizzled
+    layout staggers stream j by j windows' worth of rows so concurrent streams start on different banks."""
+    blocks = np.asarray(blocks, dtype=np.int64)
+    stride = np.asarray(stride_B, dtype=np.int64)
+    window = np.asarray(window_B, dtype=np.int64)
+    owner = np.repeat(np.arange(len(blocks)), blocks)  # window of every stream
+    block = np.arange(len(owner)) - np.repeat(np.cumsum(blocks) - blocks, blocks)  # stream index in its window
+    lengths = window[owner]
+    offsets = block * -(-lengths // dram.row_B) if swizzle else None
+    return _service_times_s(dram, owner, len(blocks), block * stride[owner], lengths, offsets)[0]
+
+
+def stream_time_s(dram: DramSpec, total_B, segment_B):
+    """Time (s) to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions
+    spread round-robin over the banks (the best case of a well-laid-out tensor). Element-wise on numpy arrays;
+    on floats it returns a numpy float."""
+    total = np.asarray(total_B, dtype=float)
+    segment = np.maximum(1.0, np.minimum(segment_B, total))
+    transactions = np.ceil(total / segment)
+    per_bank = np.ceil(transactions / dram.banks)
+    rows_per_transaction = np.ceil(segment / dram.row_B)
+    bytes_per_bank = np.minimum(per_bank * segment, total)
+    busy = bytes_per_bank / dram.bank_bw_Bps + per_bank * rows_per_transaction * dram.row_overhead_s
     if dram.interleave_ways > 1:
-        busy = max(bytes_per_bank / bank_bw, busy / dram.interleave_ways)
-    return max(busy, total_B / dram.peak_bw_Bps) / dram.refresh_availability
+        busy = np.maximum(bytes_per_bank / dram.bank_bw_Bps, busy / dram.interleave_ways)
+    return (np.where(total > 0, np.maximum(busy, total / dram.peak_bw_Bps), 0.0) / dram.refresh_availability)[()]
+
+
+def wave_dram_time_s(dram: DramSpec, bytes_B, in_flight_B, l1_fill_Bps, bank_s):
+    """The DRAM time (s) of one wave (§4.1.3): the banks' service time ``bank_s``, bounded below by the wave's
+    ``bytes_B`` at the least of peak bandwidth, Little's law on the bytes in flight (eq. 1, 3) and the PEs' L1
+    fill bandwidth. 0 for a wave that reads nothing. Element-wise on numpy arrays; on floats it returns a numpy
+    float. The one place GEMMs, attention and vector operators take their DRAM time from."""
+    little = little_bw_Bps(np.maximum(in_flight_B, 1.0), dram.access_latency_s)
+    bounded = np.maximum(bank_s, bytes_B / np.minimum(np.minimum(dram.peak_bw_Bps, little), l1_fill_Bps))
+    return np.where(np.asarray(bytes_B) > 0, bounded, 0.0)[()]

@@ -1,0 +1,189 @@
+"""GEMM timing (paper §4.1.3): the time, traffic and bound of given tilings of GEMMs, all at once.
+
+A tiling is a tile shape tm×tn×tk, a software-pipeline depth, a split-K factor and a rasterisation (grouped:
+square-ish waves; row order). Tiles run in waves of one tile per PE; per wave the time is the largest of compute
+(padded matrix work in minimum tiles, then the fused epilogue and split-K partial sums), L1, L2 and DRAM time.
+DRAM time is :func:`~deepstack.models.hardware.dram.wave_dram_time_s` of the bytes the wave reads: the weight
+(B) streams through a window of the pipeline's stages per column block, timed by the bank model; A and C
+stream contiguously. Operands resident in L2 are not read from DRAM. Which tilings to time is the tuner's job
+(:mod:`deepstack.models.compute.gemm_tuner`); ``tests/scalar_reference.py`` times one tiling at a time with
+plain arithmetic, and the tests check both agree to the last digit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepstack.models.compute.timing import OpTiming, WaveKinds, ceil_div, l2_resident, wave_kinds, waves_total_s
+from deepstack.models.compute.workload import Gemm
+from deepstack.models.hardware import dram as dram_model
+from deepstack.models.hardware.device import DeviceSpec
+
+
+@dataclass(frozen=True)
+class Tilings:
+    """Tilings of one GEMM and their timings, as parallel arrays (searched with numpy)."""
+
+    tm: np.ndarray
+    tn: np.ndarray
+    tk: np.ndarray
+    stages: np.ndarray
+    split: np.ndarray
+    grouped: np.ndarray  # rasterisation: True = grouped (square-ish waves), False = row order
+    time_s: np.ndarray
+    waves: np.ndarray
+    kinds: WaveKinds  # what the timing record of a candidate is made of
+    dram_B: np.ndarray
+    tiles: np.ndarray
+    l2_tile_B: np.ndarray
+    l1_fill_B: np.ndarray
+    l1_read_B: np.ndarray
+    records: dict = field(default_factory=dict, compare=False, repr=False)  # candidate → its timing record
+
+
+GEMM_BOUNDS = ("matrix", "vector", "l1", "l2", "dram")  # a wave's resources; the first of equals is named
+
+
+def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[str, np.ndarray]) -> list[Tilings]:
+    """Time the tilings ``grid`` lists (columns ``gemm`` — an index into ``gemms`` —, ``tm``, ``tn``, ``tk``,
+    ``stages``, ``split``, ``grouped``; rows grouped GEMM by GEMM, each GEMM at least one row) in one
+    vectorised pass. Batching matters: a design point has tens of GEMMs with tens of tilings each, so the
+    fixed cost of the numpy calls would dominate if they were timed one by one.
+
+    Returns the :class:`Tilings` of each GEMM, in the order of ``gemms``.
+    """
+    gi = grid["gemm"]
+    tm, tn, tk, stages, split, grouped = (grid[name] for name in ("tm", "tn", "tk", "stages", "split", "grouped"))
+
+    def column(attribute: str, dtype=float) -> np.ndarray:
+        return np.array([getattr(g, attribute) for g in gemms], dtype=dtype)[gi]
+
+    m, n, k, groups = column("m", np.int64), column("n", np.int64), column("k", np.int64), column("groups", np.int64)
+    a_bytes, b_bytes, c_bytes = column("a_bytes"), column("b_bytes"), column("c_bytes")
+    epi_flops, epi_sfu, epi_read = column("epilogue_vector_flops"), column("epilogue_sfu_ops"), column(
+        "epilogue_read_bytes")
+    a_res = np.array([l2_resident(dev, g.groups * g.m * g.k * g.a_bytes) for g in gemms])[gi]
+    c_res = np.array([l2_resident(dev, g.groups * g.m * g.n * g.c_bytes) for g in gemms])[gi]
+    b_res = np.array([(not g.weight) and l2_resident(dev, g.groups * g.k * g.n * g.b_bytes) for g in gemms])[gi]
+    mt, nt, kt = dev.min_tile
+    clock = dev.clock_Hz
+    rows_n = len(gi)
+    k_len = ceil_div(k, split)
+    row_blocks = ceil_div(m, tm)
+    col_blocks = ceil_div(n, tn) * split
+    tiles = groups * row_blocks * col_blocks
+    mma = (ceil_div(tm, mt) * ceil_div(tn, nt) * ceil_div(k_len, kt) * 2 * mt * nt * kt
+           / dev.matrix_flops_per_cycle)
+    epi_vector = tm * tn * (epi_flops + (split > 1))
+    epi = epi_vector / dev.vector_flops_per_cycle + tm * tn * epi_sfu / dev.sfu_ops_per_cycle
+    fill = k_len * (tm * a_bytes + tn * b_bytes)
+    reads_a, reads_b = _operand_reads(tm, tn, mt, nt, dev.wgmma)
+    read = k_len * (tm * a_bytes * reads_a + tn * b_bytes * reads_b)
+    l2_tile = fill + tm * tn * (c_bytes + epi_read)
+    compute_s = (mma + epi) / clock
+    l1_s = np.maximum(fill, read) / dev.l1_bw_B_per_cycle / clock
+    waves = ceil_div(tiles, dev.pes)
+    window_steps = stages - 1
+    k_steps = ceil_div(k_len, tk)
+    segment = np.minimum(k * a_bytes, dev.dram.row_B)
+    total = np.zeros(rows_n)
+    dram_total = np.zeros(rows_n)
+    kinds = wave_kinds(waves, tiles, dev.pes)
+    kind_clocked, kind_dram, kind_bound = [], [], []
+    for count, active in kinds:
+        rows, cols = _wave_blocks(active, row_blocks, col_blocks, groups, grouped)
+        b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
+        a_B = np.where(a_res, 0.0, rows * tm * k_len * a_bytes)
+        c_B = np.where(c_res, 0.0, active * tm * tn * c_bytes)
+        wave_B = a_B + b_B + c_B
+        bank_s = np.zeros(rows_n)
+        streamed = ~b_res
+        if streamed.any():
+            window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
+            stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
+            # many candidates share a window shape: time each distinct one once
+            code = np.zeros(len(window), dtype=np.int64)
+            for column_ in (cols[streamed], stride, window):  # one integer per (cols, stride, window) triple
+                values, rank = np.unique(column_, return_inverse=True)
+                code = code * len(values) + rank.ravel()
+            _, first, which = np.unique(code, return_index=True, return_inverse=True)
+            window_s = dram_model.window_service_times_s(dev.dram, cols[streamed][first], stride[first],
+                                                         window[first], swizzle)[which.ravel()]
+            bank_s[streamed] = window_s * ceil_div(k_steps[streamed], window_steps[streamed])
+        bank_s = bank_s + dram_model.stream_time_s(dev.dram, a_B + c_B, segment)
+        in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
+                                             + np.where(a_res, 0.0, tm * tk * a_bytes))
+        dram_s = dram_model.wave_dram_time_s(dev.dram, wave_B, in_flight, active * dev.l1_bw_B_per_cycle * clock,
+                                             bank_s)
+        l2_s = active * l2_tile / dev.l2_bw_Bps
+        clocked = np.maximum(np.maximum(compute_s, l1_s), l2_s)
+        total += count * np.maximum(clocked, dram_s)
+        dram_total += count * wave_B
+        kind_clocked.append(clocked)
+        kind_dram.append(dram_s)
+        kind_bound.append(np.argmax(np.stack([compute_s, epi_vector / dev.vector_flops_per_cycle / clock, l1_s, l2_s,
+                                              dram_s]), axis=0))
+    total += np.where(dram_total > 0, dev.dram.access_latency_s, 0.0)
+    every = WaveKinds(np.stack([k[0] for k in kinds]), np.stack([k[1] for k in kinds]), np.stack(kind_clocked),
+                      np.stack(kind_dram), np.stack(kind_bound))
+    bounds = np.flatnonzero(np.diff(gi, prepend=-1, append=len(gemms)))
+    return [Tilings(tm[part], tn[part], tk[part], stages[part], split[part], grouped[part], total[part], waves[part],
+                    every.part(part), dram_total[part], tiles[part], l2_tile[part], fill[part], read[part])
+            for part in (slice(bounds[index], bounds[index + 1]) for index in range(len(gemms)))]
+
+
+def _operand_reads(tm, tn, mt: int, nt: int, wgmma: bool) -> tuple[np.ndarray, np.ndarray]:
+    """How many times each A and B byte is read from L1 by the PE's four matrix units: with WGMMA the four
+    share both operands; otherwise they split the tile 2×2 (each operand read twice) or, when the tile is one
+    minimum tile tall/wide, 4 ways along the other edge (that edge's operand read four times)."""
+    if wgmma:
+        return np.ones(len(tm)), np.ones(len(tm))
+    reads_a = np.where(tm < 2 * mt, 4, np.where(tn < 2 * nt, 1, 2))
+    reads_b = np.where(tm < 2 * mt, 1, np.where(tn < 2 * nt, 4, 2))
+    return reads_a, reads_b
+
+
+def _wave_blocks(tiles, row_blocks, col_blocks, groups: int, grouped):
+    """Distinct A row-blocks and B column-blocks touched by a wave of ``tiles`` consecutive tiles, in grouped
+    (square-ish waves) or row-order rasterisation."""
+    per_group = row_blocks * col_blocks
+    side = np.maximum(1, np.round(np.sqrt(tiles)).astype(np.int64))
+    use_grouped = grouped & (row_blocks > 1)
+    rows_g = np.minimum(row_blocks, side)
+    cols_g = np.minimum(col_blocks, ceil_div(tiles, rows_g))
+    cols_r = np.minimum(col_blocks, tiles)
+    rows_r = np.minimum(row_blocks, ceil_div(tiles, col_blocks))
+    rows = np.where(use_grouped, rows_g, rows_r)
+    cols = np.where(use_grouped, cols_g, cols_r)
+    spans = np.maximum(1, ceil_div(tiles, per_group))
+    return np.where(spans > 1, rows * spans, rows), cols * np.minimum(groups, spans)
+
+
+def record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTiming:
+    """The timing record of tiling ``i`` of ``c`` (the tilings of ``g`` on ``dev``), made from the arrays
+    :func:`time_tilings` computed: the tiling is not timed again. Kept per tiling: the overlapped tunings of
+    one GEMM against many collective times mostly pick the same few tilings."""
+    found = c.records.get(i)
+    if found is None:
+        found = c.records[i] = _make_record(g, dev, c, i, swizzle)
+    return found
+
+
+def _make_record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTiming:
+    waves = c.kinds.timings(i, GEMM_BOUNDS)
+    dram_B = float(c.dram_B[i])
+    prologue = dev.dram.access_latency_s if dram_B > 0 else 0.0
+    time_s, bound = waves_total_s(waves, prologue)
+    tiles = int(c.tiles[i])
+    return OpTiming(
+        name=g.name, kind="gemm", time_s=time_s, bound=bound,
+        matrix_flops=g.flops, vector_flops=g.groups * g.m * g.n * g.epilogue_vector_flops,
+        sfu_ops=g.groups * g.m * g.n * g.epilogue_sfu_ops, dram_B=dram_B, l2_B=tiles * float(c.l2_tile_B[i]),
+        l1_B=tiles * float(c.l1_fill_B[i] + c.l1_read_B[i]), l0_B=tiles * float(c.l1_read_B[i]),
+        waves=int(c.waves[i]),
+        config=f"tile {c.tm[i]}x{c.tn[i]}x{c.tk[i]}, {c.stages[i]} stages, split-K {c.split[i]}, "
+               f"{'grouped' if c.grouped[i] else 'row'} raster" + ("" if swizzle else ", unswizzled"),
+        wave_timings=waves, prologue_s=prologue,
+    )
