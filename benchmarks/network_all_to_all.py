@@ -1,6 +1,6 @@
 """Speed of the network model: a 256-device all-to-all (1 MiB per rank) routed on the TMS1 NoC.
 
-DESIGN.md §4 asks for milliseconds (the paper reports < 0.1 s for a 256-node topology). Run by hand:
+The network model aims at milliseconds (the paper reports < 0.1 s for a 256-node topology). Run by hand:
 
     python benchmarks/network_all_to_all.py [--runs 50]
 

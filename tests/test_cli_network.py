@@ -1,5 +1,5 @@
 """The network-facing commands end to end: ``deepstack strategies``, ``deepstack collective`` and
-``deepstack evaluate`` on multi-device machines (DESIGN.md §6). Golden numbers are worked by hand in the
+``deepstack evaluate`` on multi-device machines (docs/architecture.md §6). Golden numbers are worked by hand in the
 comments; the per-rule strategy counts are derived in tests/test_parallel.py."""
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from deepstack import catalog
+from deepstack.models import clear_caches
 from deepstack.models import network as nw
-from deepstack.models.network import NetworkTopology, TopologyLevel, route_traffic
+from deepstack.models.network import NetworkTopology, TopologyLevel, route_traffic, routing
 
 GB = 1e9
 NS = 1e-9
@@ -211,15 +212,15 @@ def test_dense_sparse_and_uncached_routing_agree(monkeypatch, seed):
     tm = rng.integers(0, 5000, size=(36, 36)).astype(float) * (rng.random((36, 36)) < 0.5)
     reference = nw.link_bytes(tm, topo)
     expected = route_traffic(tm, topo)
-    monkeypatch.setattr(nw, "_DENSE_FRACTION", 2.0)  # force the sliced (few-flows) path
+    monkeypatch.setattr(routing, "_DENSE_FRACTION", 2.0)  # force the sliced (few-flows) path
     assert route_traffic(tm, topo) == expected
-    monkeypatch.setattr(nw, "_MAX_CACHED_DEVICES", 0)  # force routing on the fly
+    monkeypatch.setattr(routing, "MAX_CACHED_DEVICES", 0)  # force routing on the fly
     assert route_traffic(tm, topo) == expected
     for ours, theirs in zip(nw.link_bytes(tm, topo), reference, strict=True):
         np.testing.assert_allclose(ours, theirs)
 
 
-def test_flow_link_counts_gathered_from_prepared_routes_equal_routing_each_flow(monkeypatch):
+def test_flow_link_counts_gathered_from_prepared_routes_equal_routing_each_flow():
     """A prepared structure's collectives take their flows' routes from the all-pairs incidence; the counts
     (per cell and link) and hops must be those of routing every flow, repeated flows included."""
     rng = np.random.default_rng(3)
@@ -229,10 +230,11 @@ def test_flow_link_counts_gathered_from_prepared_routes_equal_routing_each_flow(
     src = rng.integers(0, 36, 500)
     dst = (src + rng.integers(1, 36, 500)) % 36  # never a flow to itself; pairs repeat
     cell = rng.integers(0, 4, 500)
-    monkeypatch.setattr(nw, "_PREPARED", nw._Prepared())
+    clear_caches()  # forget every prepared structure
+    assert not nw.is_prepared(topo.structure)
     routed = nw.flow_link_counts(topo.structure, src, dst, cell, 4)
     nw.prepare(topo)
-    assert topo.structure in nw._PREPARED
+    assert nw.is_prepared(topo.structure)
     gathered = nw.flow_link_counts(topo.structure, src, dst, cell, 4)
     np.testing.assert_array_equal(gathered[1], routed[1])
     assert [c.shape for c in gathered[0]] == [(4, n) for n in topo.level_links]
@@ -252,7 +254,7 @@ def test_a_level_of_one_node_has_no_links(monkeypatch):
     steps = [([0, 1], [2, 3], [1e3, 1e3]), ([3], [0], [5.0])]
     for batched, step in zip(nw.route_batch(steps, topo), steps, strict=True):
         assert batched.result == nw.route_flows(*step, topo).result
-    monkeypatch.setattr(nw, "_MAX_CACHED_DEVICES", 0)
+    monkeypatch.setattr(routing, "MAX_CACHED_DEVICES", 0)
     assert route_traffic(tm, topo) == expected
 
 
@@ -311,7 +313,7 @@ def test_route_batch_equals_routing_each_step(monkeypatch):
     steps = [(rng.integers(0, 16, 40), rng.integers(0, 16, 40), rng.random(40) * 1e4) for _ in range(5)]
     steps.append(([0], [0], [1e3]))  # a step with nothing to route
     one_by_one = [nw.route_flows(*step, topo) for step in steps]
-    monkeypatch.setattr(nw, "_BATCH_CELLS", 64)  # also exercise the chunking (2 steps per chunk)
+    monkeypatch.setattr(routing, "_BATCH_CELLS", 64)  # also exercise the chunking (2 steps per chunk)
     batched = nw.route_batch(steps, topo)
     assert len(batched) == len(steps)
     for ours, theirs in zip(batched, one_by_one, strict=True):

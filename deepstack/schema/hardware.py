@@ -48,7 +48,7 @@ class PE(Frozen):
 
 
 class DramTiming(Frozen):
-    """Bank timing. A bank serves an s-byte transaction in (tRCD + tRP) + s / bank bandwidth (DESIGN.md §4)."""
+    """Bank timing. A bank serves an s-byte transaction in (tRCD + tRP) + s / bank bandwidth (docs/model.md)."""
 
     tRCD_ns: float = Field(gt=0, le=1e4, description="activate to column command")
     tRP_ns: float = Field(gt=0, le=1e4, description="precharge")
@@ -56,7 +56,7 @@ class DramTiming(Frozen):
     tCL_ns: float = Field(gt=0, le=1e4, description="column access (CAS) latency")
     access_latency_ns: float = Field(gt=0, le=1e5, description="idle load-to-use latency seen by a PE")
     # Refresh: every tREFI a bank is unavailable for tRFC. DRAMsim3 HBM2_8Gb_x128.ini: tRFC 260, tREFI 3900 tCK
-    # at tCK = 1 ns (CALIBRATION.md §4 row's source) — 6.7 % of the time
+    # at tCK = 1 ns (docs/calibration.md §4) — 6.7 % of the time
     tRFC_ns: float = Field(260.0, ge=0, le=1e5, description="refresh cycle time")
     tREFI_ns: float = Field(3900.0, gt=0, le=1e7, description="refresh interval (halved above 85 °C)")
 
@@ -147,7 +147,7 @@ Dram = Annotated[Stacked3DDram | HBMDram, Field(discriminator="technology")]
 
 
 class Device(Frozen):
-    """The unit of parallelism: a 100 mm² 3D-stack cluster, or an 800 mm² GPU die for 2.5D (DESIGN.md §2)."""
+    """The unit of parallelism: a 100 mm² 3D-stack cluster, or an 800 mm² GPU die for 2.5D (docs/architecture.md §2)."""
 
     area_mm2: float = Field(gt=0, le=1e5)
     pes: int | Literal["auto"] = Field("auto", description='PE count, or "auto" to derive it from the area budget')
@@ -210,15 +210,27 @@ class ChipArchitecture(Sourced):
         return self.device.dram.technology == "3d-stacked"
 
 
-Topology = Literal["switch", "ring", "chain", "mesh", "torus", "fully_connected"]
-_TWO_D = ("mesh", "torus")
+# Topology kinds a network level may name → how many dims each takes. The models' topology registry
+# (deepstack.models.network.register_topology) adds the kinds a user registers, so files may name them too.
+TOPOLOGY_DIMENSIONS: dict[str, int] = {
+    "switch": 1, "ring": 1, "chain": 1, "mesh": 2, "torus": 2, "fully_connected": 1,
+}
+
+
+def declare_topology(name: str, dimensions: int) -> None:
+    """Let network levels name the topology kind ``name`` (taking ``dimensions`` dims)."""
+    TOPOLOGY_DIMENSIONS[name] = dimensions
+
+
+def forget_topology(name: str) -> None:
+    TOPOLOGY_DIMENSIONS.pop(name, None)
 
 
 class NetworkLevel(Frozen):
     """One level of the hierarchical network (L1 die, L2 chip, L3 system)."""
 
     label: str = ""
-    topology: Topology
+    topology: str
     dims: tuple[int, ...] = Field(min_length=1, max_length=2)
     link_bw_GBps: float = Field(gt=0, le=1e6, description="per link and direction")
     hop_latency_ns: float = Field(ge=0, le=1e7)
@@ -238,9 +250,16 @@ class NetworkLevel(Frozen):
             return (value,)
         return value
 
+    @field_validator("topology")
+    @classmethod
+    def _known_topology(cls, value: str) -> str:
+        if value not in TOPOLOGY_DIMENSIONS:
+            raise ValueError(f"must be one of {', '.join(TOPOLOGY_DIMENSIONS)} (got {value!r})")
+        return value
+
     @model_validator(mode="after")
     def _dims_match_topology(self) -> NetworkLevel:
-        want = 2 if self.topology in _TWO_D else 1
+        want = TOPOLOGY_DIMENSIONS[self.topology]
         if len(self.dims) != want:
             raise ValueError(f"dims of a {self.topology} must have {want} value(s), got {len(self.dims)}")
         if any(d < 1 or d > 65536 for d in self.dims):

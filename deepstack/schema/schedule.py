@@ -16,20 +16,31 @@ from deepstack.errors import UserInputError
 from deepstack.schema.base import Frozen
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-Algorithm = Literal[
-    "auto", "ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "direct", "pairwise"
-]
+Algorithm = str  # "auto" or a name in ALGORITHMS_FOR (checked by the models that name one)
 MODULE_DEGREES = ("tp", "ep", "sp", "cp", "dp")
 _MODULE_ALIASES = {"attn": "attention", "attention": "attention", "ffn": "ffn", "moe": "ffn", "mlp": "ffn"}
 _MAX_DEGREE = 1 << 20
-# Which algorithms implement which collective (models/collectives.py lists the same; a test keeps them equal)
-ALGORITHMS_FOR = {
+# Which algorithms implement which collective: the built-ins of deepstack.models.collectives (a test keeps them
+# equal); its register_algorithm adds the ones a user registers, so files and --parallel may name them too.
+ALGORITHMS_FOR: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical"),
     "all_gather": ("ring", "halving_doubling", "direct"),
     "reduce_scatter": ("ring", "halving_doubling", "direct"),
     "all_to_all": ("direct", "pairwise"),
     "send_recv": ("direct",),
 }
+
+
+def declare_algorithm(name: str, collectives) -> None:
+    """Let schedules name the algorithm ``name`` for each of ``collectives``."""
+    for collective in collectives:
+        if name not in ALGORITHMS_FOR[collective]:
+            ALGORITHMS_FOR[collective] = (*ALGORITHMS_FOR[collective], name)
+
+
+def forget_algorithm(name: str) -> None:
+    for collective, names in ALGORITHMS_FOR.items():
+        ALGORITHMS_FOR[collective] = tuple(n for n in names if n != name)
 
 
 class ModuleParallel(Frozen):

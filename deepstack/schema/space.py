@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from deepstack.schema.base import Frozen
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
-from deepstack.schema.schedule import Algorithm
+from deepstack.schema.schedule import ALGORITHMS_FOR, Algorithm
 
 
 class SramOption(Frozen):
@@ -65,6 +65,15 @@ class ScheduleAxes(Frozen):
     per_module: bool = False
     collective_algorithms: tuple[Algorithm, ...] = Field(("auto",), min_length=1)
     single_chip_schedules: int = Field(64, ge=1, description="operator schedules per strategy (paper §4.2.2)")
+
+    @field_validator("collective_algorithms")
+    @classmethod
+    def _known_algorithms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        known = dict.fromkeys(name for names in ALGORITHMS_FOR.values() for name in names)
+        for name in value:
+            if name != "auto" and name not in known:
+                raise ValueError(f"must be auto or one of {', '.join(known)} (got {name!r})")
+        return value
 
 
 class DesignSpace(Frozen):
