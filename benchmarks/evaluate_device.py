@@ -6,8 +6,8 @@ device cannot hold DeepSeek-V3 (the report says so: memory-infeasible), but ever
 timed, so the run measures the full single-device pipeline: area → DRAM → workload → operator tuner →
 DVFS → report.
 
-- cold: every ``functools.lru_cache`` in ``deepstack.models.*`` (found by walking the package) is cleared before
-  each run, so each run re-resolves the device and re-tunes every operator;
+- cold: every memo table (``deepstack.models.clear_caches()``: every layer's lru memos and dict tables) is
+  cleared before each run, so each run re-resolves the device and re-tunes every operator;
 - memoised: the same call repeated with the caches warm (what a search sees when it revisits a point).
 
 Reports medians after one warm-up run (imports, catalog parsing and pydantic are outside the measurement).
@@ -15,36 +15,17 @@ Reports medians after one warm-up run (imports, catalog parsing and pydantic are
 
 from __future__ import annotations
 
-import functools
-import importlib
-import pkgutil
 import statistics
 import time
 
-import deepstack.models
 from deepstack import catalog
-from deepstack.models.evaluate import DesignPoint, clear_phase_memo, evaluate
+from deepstack.models import clear_caches, memo
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
 from deepstack.schema import Scenario
 
 COLD_RUNS = 7  # odd, so the median is one measured run
 MEMOISED_RUNS = 21
-
-
-def model_caches() -> list[tuple[str, functools._lru_cache_wrapper]]:
-    """Every lru_cache-wrapped function defined in a module of ``deepstack.models`` (qualified name, wrapper)."""
-    found = {}
-    for info in pkgutil.iter_modules(deepstack.models.__path__, prefix="deepstack.models."):
-        module = importlib.import_module(info.name)
-        for attribute in vars(module).values():
-            if isinstance(attribute, functools._lru_cache_wrapper) and attribute.__module__ == module.__name__:
-                found[f"{module.__name__}.{attribute.__qualname__}"] = attribute
-    return sorted(found.items())
-
-
-def clear(caches) -> None:
-    for _, cache in caches:
-        cache.cache_clear()
-    clear_phase_memo()  # the per-design-point memo of models.evaluate is a dict, not an lru_cache
 
 
 def timed(function) -> float:
@@ -54,7 +35,6 @@ def timed(function) -> float:
 
 
 def main() -> None:
-    caches = model_caches()
     point = DesignPoint(
         chip=catalog.load("chips", "standard"),
         scenario=Scenario(model=catalog.load("llms", "deepseek-v3"), phase="decode", batch=1024,
@@ -65,16 +45,16 @@ def main() -> None:
         return evaluate(point)
 
     report = run()  # warm-up
+    entries = memo.entries()  # what one evaluation leaves in the memo tables
     cold = []
     for _ in range(COLD_RUNS):
-        clear(caches)
+        tables = clear_caches()
         cold.append(timed(run))
     run()  # fill the caches once more after the last cold run
     memoised = [timed(run) for _ in range(MEMOISED_RUNS)]
 
     cold_s, memo_s = statistics.median(cold), statistics.median(memoised)
-    print(f"cleared {len(caches)} lru_caches in deepstack.models: "
-          + ", ".join(name.removeprefix("deepstack.models.") for name, _ in caches))
+    print(f"cold runs: clear_caches() emptied {tables} memo tables ({entries:,} entries after one evaluation)")
     print(f"DeepSeek-V3 decode batch 1024 on 1x standard (m = n = 4): feasible={report.feasible} "
           f"({report.violations[0] if report.violations else 'no violations'}); "
           f"step {report.breakdown['phase_time_s'] * 1e3:.1f} ms, "

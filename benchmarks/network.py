@@ -1,18 +1,17 @@
 """Speed of the distributed half of the model: ``python benchmarks/network.py [--runs 30] [--cold-runs 3]``.
 
-(a) One 256-device all-to-all on TMS1, 1 MiB per rank (DESIGN.md §4: "a 256-node all-to-all must cost
+(a) One 256-device all-to-all on TMS1, 1 MiB per rank (docs/model.md: "a 256-node all-to-all must cost
     milliseconds"; target ≤ 10 ms):
-    - ``collective_time`` cold: every memo in deepstack.models cleared, so the all-pairs routes of TMS1 are
-      built as well (the first call a process makes);
-    - ``collective_time`` with the routes built but the collective memos cleared (a new collective on a known
-      topology: Stage 1 + Stage 2 in full), median, for "auto" and for each of its candidates (direct is one
-      traffic matrix, pairwise 255 of them);
+    - ``collective_time`` cold: every memo cleared (``deepstack.models.clear_caches()``), so the all-pairs routes
+      of TMS1 are built as well (the first call a process makes);
+    - ``collective_time`` of a new collective on a known topology (Stage 1 + Stage 2 in full): before each run
+      every memo table of ``deepstack.models.collectives`` is cleared and the network's (routes, link counts)
+      kept; median, for "auto" and for each of its candidates (direct is one traffic matrix, pairwise 255);
     - ``collective_time`` memo hit, median;
     - ``route_traffic`` on a prebuilt traffic matrix: cold (routes cleared) and warm median.
 (b) One full 256-device design point with a fixed schedule: DeepSeek-V3 decode, batch 1024, 1024 + 1024
     tokens, standard chip, TMS1, ``tp=4,ep=32,pp=2``, ``evaluate(point, with_ttft=False)`` (target memoised
-    ≤ 5 ms): cold (every ``functools.lru_cache`` in deepstack.models.* cleared before each run) median, and
-    memoised median.
+    ≤ 5 ms): cold (``clear_caches()`` before each run) median, and memoised median.
 
 Every measurement has a warm-up first and reports the median (these machines are noisy). Nothing is written.
 """
@@ -20,49 +19,28 @@ Every measurement has a warm-up first and reports the median (these machines are
 from __future__ import annotations
 
 import argparse
-import importlib
-import pkgutil
 import statistics
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-import deepstack.models
 from deepstack import catalog
-from deepstack.models import collectives, network
-from deepstack.models.evaluate import DesignPoint, clear_phase_memo, evaluate
+from deepstack.models import clear_caches, collectives, memo, network
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
 from deepstack.schema import Scenario, Schedule
 
 MiB = 1 << 20
-ALL_TO_ALL_TARGET_S = 10e-3  # DESIGN.md §4 ("milliseconds"); the paper's own figure is < 0.1 s (§4.1.4)
+ALL_TO_ALL_TARGET_S = 10e-3  # docs/model.md ("milliseconds"); the paper's own figure is < 0.1 s (§4.1.4)
 DESIGN_POINT_TARGET_S = 5e-3  # memoised design point: millions of evaluations per study must stay affordable
 
 
-def model_caches() -> list:
-    """Every memoised function in deepstack.models.* (found by walking the modules' attributes)."""
-    seen: dict[int, object] = {}
-    for info in pkgutil.walk_packages(deepstack.models.__path__, "deepstack.models."):
-        module = importlib.import_module(info.name)
-        for value in vars(module).values():
-            if callable(getattr(value, "cache_clear", None)) and callable(getattr(value, "cache_info", None)):
-                seen.setdefault(id(value), value)
-    return list(seen.values())
-
-
-CACHES = model_caches()
-
-
-def clear_all() -> None:
-    for cached in CACHES:
-        cached.cache_clear()
-    clear_phase_memo()  # the per-design-point memo of models.evaluate is a dict, not an lru_cache
-
-
-def clear_collective_memos() -> None:
-    """Forget collective results but keep the routes (the incidence of every topology) built."""
-    for name in ("_collective", "_best", "_run", "_hierarchy"):
-        getattr(collectives, name).cache_clear()
+def clear_collective_layer() -> None:
+    """Forget what the collectives package memoised (every table it registered), keep the network's routes."""
+    for table in memo.registered():
+        if getattr(table, "__module__", "").startswith(collectives.__name__ + "."):
+            table.cache_clear()
 
 
 def timed(function: Callable[[], object]) -> float:
@@ -106,13 +84,13 @@ def bench_all_to_all(runs: int) -> None:
     def a2a(algorithm: str = "auto"):
         return lambda: collectives.collective_time("all_to_all", MiB, group, topo, algorithm)
 
-    clear_all()
+    clear_caches()
     cold_s = timed(a2a())  # first call of the process: imports done, but every route and memo built here
     result = a2a()()
-    new_s = {name: median_s(a2a(name), runs, before=clear_collective_memos)
+    new_s = {name: median_s(a2a(name), runs, before=clear_collective_layer)
              for name in ("auto", *collectives.algorithms("all_to_all"))}
     hit_s = median_s(a2a(), runs)
-    clear_all()
+    clear_caches()
     topo = network.NetworkTopology.from_schema(tms1)
     route_cold_s = timed(lambda: network.route_traffic(tm, topo))
     route_warm_s = median_s(lambda: network.route_traffic(tm, topo), runs)
@@ -121,7 +99,7 @@ def bench_all_to_all(runs: int) -> None:
            f"T = {result.time_s * 1e6:.3f} µs, busiest link {result.max_link_bytes / 1e3:.1f} kB")
     row("collective_time, cold (routes + memos built)", cold_s, ALL_TO_ALL_TARGET_S)
     for name, seconds in new_s.items():
-        row(f"collective_time {name}, routes built, memos cleared (median of {runs})", seconds,
+        row(f"collective_time {name}, routes kept, collective memos cleared ({runs} runs)", seconds,
             ALL_TO_ALL_TARGET_S)
     row(f"collective_time, memo hit (median of {runs})", hit_s)
     row("route_traffic on a prebuilt TM, cold (routes built)", route_cold_s, ALL_TO_ALL_TARGET_S)
@@ -137,12 +115,12 @@ def bench_design_point(runs: int, cold_runs: int) -> None:
     def one():
         return evaluate(point, with_ttft=False)
 
-    cold_s = median_s(one, cold_runs, before=clear_all)
+    cold_s = median_s(one, cold_runs, before=clear_caches)
     report = one()
     warm_s = median_s(one, runs)
     header(f"(b) design point: deepseek-v3 decode b1024, standard, tms1, {report.schedule['text']}: "
            f"STPS {report.metrics['stps']:,.0f}")
-    row(f"evaluate, cold: {len(CACHES)} model caches cleared (median of {cold_runs})", cold_s)
+    row(f"evaluate, cold: clear_caches() of {len(memo.registered())} memo tables (median of {cold_runs})", cold_s)
     row(f"evaluate, memoised (median of {runs})", warm_s, DESIGN_POINT_TARGET_S)
     print(f"  cold / memoised = {cold_s / warm_s:,.0f}×")
 

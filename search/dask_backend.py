@@ -13,7 +13,10 @@ from deepstack.errors import UserInputError
 @contextlib.contextmanager
 def session(scheduler: str | None, workers: int) -> Iterator[Callable]:
     """Connect (or start a LocalCluster) once; yields ``run(evaluate, chunks, done)``."""
-    from dask.distributed import Client, LocalCluster, as_completed
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise UserInputError('--backend dask needs Dask: pip install "deepstack-dse[dask]"') from None
 
     cluster = None
     try:

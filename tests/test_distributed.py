@@ -19,14 +19,16 @@ from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.models import collectives as co
-from deepstack.models import distributed
 from deepstack.models import network as nw
 from deepstack.models.collectives import collective_time
-from deepstack.models.device import resolve_device
-from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.models.compute.gemm_tuner import tune_gemm, tune_gemm_overlapped
+from deepstack.models.compute.overlap import overlap_time_s
+from deepstack.models.compute.workload import Gemm, device_share
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.models.hardware.device import resolve_device
 from deepstack.models.network import NetworkTopology, TopologyLevel, route_traffic
-from deepstack.models.operators import overlap_time_s, tune_gemm, tune_gemm_overlapped
-from deepstack.models.workload import Gemm, device_share
+from deepstack.models.parallel import communication
 from deepstack.schema import Scenario, Schedule
 
 GB = 1e9
@@ -325,15 +327,15 @@ def test_dense_tp_collectives_per_layer_and_their_sizes():
     s = Schedule.parse("tp=4,dp=64")
     share = device_share(sc.model, sc, s.attention, s.pp)
     assert share.tokens == 4
-    attention = distributed.attention_comms(sc.model, sc, s, share)
-    ffn = distributed.ffn_comms(sc.model, sc, s, share, share, moe=False)
-    stage = distributed.stage_comms(sc.model, sc, s, share)
+    attention = communication.attention_comms(sc.model, sc, s, share)
+    ffn = communication.ffn_comms(sc.model, sc, s, share, share, moe=False)
+    stage = communication.stage_comms(sc.model, sc, s, share)
     assert [(c.name, c.op, c.dim, c.bytes_per_rank, c.after) for c in attention + ffn] == [
         ("attn_tp_allreduce", "all_reduce", "a_tp", 16384, "o_proj"),
         ("ffn_tp_allreduce", "all_reduce", "f_tp", 16384, "down_proj"),
     ]
     assert {c.name: c.bytes_per_rank for c in stage} == {"embedding_allreduce": 16384, "sampler_allreduce": 32}
-    assert distributed.fsdp_comms(sc.model, sc, s, moe=False) == []
+    assert communication.fsdp_comms(sc.model, sc, s, moe=False) == []
 
 
 def test_moe_ep_dispatch_and_combine_sizes():
@@ -343,7 +345,7 @@ def test_moe_ep_dispatch_and_combine_sizes():
     sc = _scenario("qwen3-30b-a3b", 256)
     s = Schedule.parse("ep=16,tp=4,dp=4")
     share = device_share(sc.model, sc, s.attention, s.pp)
-    comms = {c.name: c for c in distributed.ffn_comms(sc.model, sc, s, share, share, moe=True)}
+    comms = {c.name: c for c in communication.ffn_comms(sc.model, sc, s, share, share, moe=True)}
     assert comms["moe_dispatch_a2a"].bytes_per_rank == 4 * 8 * 2048 * 2
     assert comms["moe_dispatch_a2a"].before == "expert_gate_up"
     assert comms["moe_combine_a2a"].bytes_per_rank == 4 * 8 * 2048 * 2
@@ -356,7 +358,7 @@ def test_layouts_put_tp_innermost_and_pipeline_stages_outermost():
     # llama-3.2-1b, tp=2, pp=2, dp=64: TP groups are consecutive device pairs (one L1 switch of TMS1 holds two),
     # pipeline stages are the two halves of the machine: stage boundary pairs (d, d + 128).
     sc = _scenario("llama-3.2-1b", 256)
-    layout = distributed.layouts(sc.model, sc, Schedule.parse("tp=2,pp=2,dp=64"))
+    layout = communication.layouts(sc.model, sc, Schedule.parse("tp=2,pp=2,dp=64"))
     assert layout.attention[0] == ("a_tp", 2) and layout.attention[-1] == ("pp", 2)
     assert layout.groups("a_tp")[:2] == ((0, 1), (2, 3))
     assert layout.groups("f_tp") == layout.groups("a_tp")  # a flat schedule maps both modules alike
@@ -371,22 +373,22 @@ def test_tp_all_reduce_time_on_tms1():
     #   ring: 6 steps · 20 ns = 120 ns + 1.5 S/B = 150.72 ns → auto picks halving_doubling.
     sc = _scenario("llama-3.2-1b", 256)
     s = Schedule.parse("tp=4,dp=64")
-    topo = distributed.topology_of(catalog.load("nocs", "tms1"))
-    layout = distributed.layouts(sc.model, sc, s)
+    topo = communication.topology_of(catalog.load("nocs", "tms1"))
+    layout = communication.layouts(sc.model, sc, s)
     share = device_share(sc.model, sc, s.attention, s.pp)
-    (comm,) = distributed.attention_comms(sc.model, sc, s, share)
-    result = distributed.time_comm(comm, layout, topo, s)
+    (comm,) = communication.attention_comms(sc.model, sc, s, share)
+    result = communication.time_comm(comm, layout, topo, s)
     assert result.algorithm == "halving_doubling"
     assert result.num_groups == 64 and result.group_size == 4
     assert result.latency_s == pytest.approx(80 * NS)
     assert result.time_s == pytest.approx(110.72 * NS)
     # a collective choice in the schedule is honoured
     forced = Schedule.parse("tp=4,dp=64,all_reduce=ring")
-    ring = distributed.time_comm(comm, distributed.layouts(sc.model, sc, forced), topo, forced)
+    ring = communication.time_comm(comm, communication.layouts(sc.model, sc, forced), topo, forced)
     assert ring.algorithm == "ring" and ring.time_s == pytest.approx(150.72 * NS)
     # a one-rank group communicates nothing
     dp_only = Schedule.parse("dp=256")
-    assert distributed.time_comm(comm, distributed.layouts(sc.model, sc, dp_only), topo, dp_only) is None
+    assert communication.time_comm(comm, communication.layouts(sc.model, sc, dp_only), topo, dp_only) is None
 
 
 # ---------------------------------------------------------------------------- full evaluation: monotone laws

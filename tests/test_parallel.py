@@ -1,4 +1,4 @@
-"""Parallel-strategy composer, pruning rules and memory footprint (models/parallel.py; paper §3.3.1, §4.2.3).
+"""Parallel-strategy composer, pruning rules and memory footprint (models/parallel/; paper §3.3.1, §4.2.3).
 
 Golden numbers are derived by hand in the comments next to them.
 """
@@ -14,18 +14,21 @@ from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
-from deepstack.models.parallel import (
+from deepstack.models.parallel.memory import (
     MEMORY_RULE,
-    PRUNING_RULES,
-    Strategy,
-    attention_parameters,
-    enumerate_strategies,
     feasible_strategies,
     fits,
     kv_elements_per_token,
     memory_footprint,
+)
+from deepstack.models.parallel.strategies import (
+    PRUNING_RULES,
+    Strategy,
+    divisors,
+    enumerate_strategies,
     ordered_factorizations,
     pipeline_stage_layers,
+    prime_factors,
     prune_reason,
 )
 from deepstack.schema.llm import LLM
@@ -62,17 +65,36 @@ def test_counts_for_256_devices():
     assert all(s.devices == 256 for s in enumerate_strategies(256))
 
 
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 20000))
+def test_prime_factors_and_divisors_match_trial_division(n):
+    factors = prime_factors(n)
+    assert math.prod(p**e for p, e in factors) == n
+    assert [p for p, _ in factors] == sorted({p for p, _ in factors})
+    assert all(e >= 1 and all(p % q for q in range(2, p)) for p, e in factors)  # exponents ≥ 1, primes prime
+    assert divisors(n) == tuple(d for d in range(1, n + 1) if n % d == 0)
+
+
+def test_prime_factors_and_divisors_by_hand():
+    assert prime_factors(1) == () and divisors(1) == (1,)
+    assert prime_factors(360) == ((2, 3), (3, 2), (5, 1))
+    assert divisors(12) == (1, 2, 3, 4, 6, 12)
+    assert divisors(2**20)[-3:] == (2**18, 2**19, 2**20)
+    with pytest.raises(UserInputError):
+        prime_factors(0)
+
+
 @pytest.mark.parametrize("n", [1, 2, 12, 30, 64])
 def test_factorizations_match_brute_force(n):
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    brute = sorted(t for t in itertools.product(divisors, repeat=6) if math.prod(t) == n)
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    brute = sorted(t for t in itertools.product(divs, repeat=6) if math.prod(t) == n)
     assert list(ordered_factorizations(n)) == brute
 
 
 @pytest.mark.parametrize(("n", "parts"), [(12, 3), (7, 1), (1, 4), (360, 2)])
 def test_factorizations_other_part_counts(n, parts):
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    brute = sorted(t for t in itertools.product(divisors, repeat=parts) if math.prod(t) == n)
+    divs = [d for d in range(1, n + 1) if n % d == 0]
+    brute = sorted(t for t in itertools.product(divs, repeat=parts) if math.prod(t) == n)
     assert list(ordered_factorizations(n, parts)) == brute
 
 
@@ -190,7 +212,7 @@ def test_deepseek_v3_decode_batch_1024_rules_only():
 
 def test_memory_check_keeps_only_what_fits():
     scenario = _scenario("deepseek-v3", batch=1024)
-    capacity = 8 * GiB  # 64 GiB per 800 mm² = 8 GiB per 100 mm² device (CALIBRATION.md §1)
+    capacity = 8 * GiB  # 64 GiB per 800 mm² = 8 GiB per 100 mm² device (docs/calibration.md §1)
     rules_only, _ = feasible_strategies(scenario, 256, None)
     kept, dropped = feasible_strategies(scenario, 256, capacity)
     assert 0 < len(kept) < len(rules_only)
@@ -253,8 +275,15 @@ def test_mla_down_projections_are_replicated():
     # replicated: 7,168·1,536 + 1,536 (q_a + norm) + 7,168·576 + 512 (kv_a + norm) = 15,140,864
     # split over 128 heads, 1 per device: 1,536·192 + 512·256 + 128·7,168 = 1,343,488 → 16,484,352
     deepseek = _model("deepseek-v3")
-    assert attention_parameters(deepseek, 1) == deepseek.attention.parameter_count(deepseek.hidden)
-    assert attention_parameters(deepseek, 128) == 16_484_352
+    assert deepseek.attention.parameter_count(deepseek.hidden, tp=128) == 16_484_352
+
+
+def test_gqa_attention_parameters_split_heads_and_replicate_kv_heads_beyond_tp():
+    # Llama-3.3-70B: 64 query heads, 8 KV heads of 128, hidden 8,192. tp=16: 4 query heads (q + o:
+    # 2·8,192·4·128 = 8,388,608) and ⌈8 / 16⌉ = 1 KV head (k + v: 2·8,192·128 = 2,097,152) → 10,485,760.
+    att = _model("llama-3.3-70b").attention
+    assert att.parameter_count(8192, tp=16) == 10_485_760
+    assert att.parameter_count(8192) == 2 * 8192 * 64 * 128 + 2 * 8192 * 8 * 128
 
 
 @pytest.mark.parametrize("name", catalog.names("llms"))

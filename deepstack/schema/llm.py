@@ -1,4 +1,4 @@
-"""LLM architecture: dense and MoE transformers with MHA/GQA/MQA/MLA attention (CALIBRATION.md §2)."""
+"""LLM architecture: dense and MoE transformers with MHA/GQA/MQA/MLA attention (docs/calibration.md §2)."""
 
 from __future__ import annotations
 
@@ -46,9 +46,15 @@ class Attention(Frozen):
     def v_dim(self) -> int:
         return self.v_head_dim if self.kind == "mla" else self.head_dim
 
-    def parameter_count(self, hidden: int) -> int:
-        """Weights of one attention block (projections and norms inside it)."""
-        h = self.heads
+    def parameter_count(self, hidden: int, tp: int = 1) -> int:
+        """Weights of one attention block (projections and norms inside it) on one device under TP = ``tp``.
+
+        Heads are split by TP; a GQA/MQA device holds ⌈kv_heads / tp⌉ KV heads (replicated when tp > kv_heads).
+        MLA: the query and KV down-projections (``q_a``, ``kv_a`` and their norms) are replicated across TP, and
+        the up-projections (``q_b``, ``kv_b``) and the output projection are split by heads, as in vLLM's
+        ``deepseek_v2.py`` (``ReplicatedLinear`` for the ``*_a_proj`` layers). ``tp=1``: the whole block.
+        """
+        h = -(-self.heads // tp)  # ⌈heads / tp⌉
         if self.kind == "mla":
             if self.q_lora_rank:
                 q = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * h * self.qk_head_dim
@@ -59,7 +65,7 @@ class Attention(Frozen):
             o = h * self.v_head_dim * hidden
             return q + kv_a + kv_b + o
         q = hidden * h * self.head_dim
-        kv = 2 * hidden * self.kv_heads * self.head_dim
+        kv = 2 * hidden * -(-self.kv_heads // tp) * self.head_dim
         o = h * self.head_dim * hidden
         norms = 2 * self.head_dim if self.qk_norm else 0
         return q + kv + o + norms

@@ -1,4 +1,4 @@
-"""The distributed half of a design point (paper §3.3, §4.1.4, §4.1.5): which collectives a schedule needs in
+"""Communication of a parallel strategy (paper §3.3, §4.1.4, §4.1.5): which collectives a schedule needs in
 each layer, where its ranks sit on the network, and how long the collectives take.
 
 Collectives per layer (Megatron / DeepSpeed practice, paper §3.3.1), ``T`` tokens per device, ``d`` hidden:
@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass
 
 from deepstack.models import collectives, memo, network
+from deepstack.models.compute.workload import DeviceShare, device_share
 from deepstack.models.hashing import HashedTuple, cached_hash, state_without_hash
-from deepstack.models.workload import DeviceShare, device_share
 from deepstack.schema import LLM, Network, Scenario, Schedule
 
 LOGSUMEXP_BYTES = 8  # a (max, sum) float32 pair per row for distributed softmax / split attention
@@ -131,12 +131,10 @@ def fsdp_comms(model: LLM, scenario: Scenario, schedule: Schedule, moe: bool) ->
     """All-gather of one layer's weights over the DP group (attention and dense weights over DP·EP)."""
     if not schedule.fsdp:
         return []
-    from deepstack.models.parallel import attention_parameters
-
     a, f = schedule.attention, schedule.ffn
     wb = scenario.precision.weight_bytes
     group = a.dp * a.ep  # the "a_dp" groups of the attention layout: DP replicas incl. EP acting as DP
-    params = attention_parameters(model, a.tp)
+    params = model.attention.parameter_count(model.hidden, a.tp)
     if moe:
         m = model.moe
         params += (m.routed_experts // max(f.ep, 1) + m.shared_experts) * 3 * model.hidden * math.ceil(

@@ -1,0 +1,339 @@
+"""DRAM footprint of a parallel strategy and the feasible strategies of a scenario (paper §4.2.3).
+
+Weights + KV cache + peak activations of the most loaded device must fit in DRAM with a 10 % reserve.
+:func:`memory_footprint` also accepts per-module :class:`~deepstack.schema.schedule.Schedule` objects (attention
+and FFN with different layouts); :func:`feasible_strategies` combines the pruning rules of
+:mod:`deepstack.models.parallel.strategies` with this check.
+
+Everything is a pure function of frozen inputs and is memoised. Sizes are in bytes (SI).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from deepstack.errors import UserInputError
+from deepstack.models import memo
+from deepstack.models.parallel.strategies import (
+    PRUNING_RULES,
+    Strategy,
+    enumerate_strategies,
+    pipeline_stage_layers,
+    prune_reason,
+)
+from deepstack.schema.llm import LLM
+from deepstack.schema.scenario import Scenario
+from deepstack.schema.schedule import Schedule
+
+MEMORY_RESERVE = 0.10
+"""Fraction of DRAM kept free for CUDA graphs and fragmentation (paper §4.2.3; docs/calibration.md §1)."""
+
+ACTIVATION_BUFFERS = 2
+"""Live copies of the peak activation. Under the tile-wave compute–communication overlap of eq. 5
+(paper §4.1.5) an operator's output coexists with the collective's send/receive copy of it (double
+buffering), so the peak working set is counted twice."""
+
+FSDP_GATHERED_LAYERS = 1
+"""Fully gathered layers an FSDP device holds on top of its shards: layers are all-gathered one at a time
+and freed after use (paper §3.3.1: FSDP all-gathers layer by layer). Prefetching the next layer to overlap
+the gather with compute would make this 2 (PyTorch FSDP's ``limit_all_gathers`` caps in-flight gathers at 2)."""
+
+_SCENARIO_CACHE = 4096  # (scenario, layout) footprints kept: > 2,574 strategies of one scenario at N = 256
+
+MEMORY_RULE = "memory"
+"""Key under which :func:`feasible_strategies` counts strategies that pass the rules but do not fit."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Memory footprint
+# --------------------------------------------------------------------------------------------------------
+
+
+class _Module(NamedTuple):
+    """Degrees of one module inside a pipeline stage (hashable, for the memo)."""
+
+    tp: int
+    ep: int
+    sp: int
+    cp: int
+    dp: int
+
+
+class _Layout(NamedTuple):
+    """A strategy or schedule reduced to plain integers: the memo key of :func:`_footprint` (microbatches and
+    collective choices do not change the footprint)."""
+
+    attention: _Module
+    ffn: _Module
+    pp: int
+    fsdp: bool
+
+
+def _layout(plan: Strategy | Schedule) -> _Layout:
+    if isinstance(plan, Strategy):
+        module = _Module(plan.tp, plan.ep, plan.sp, plan.cp, plan.dp)
+        return _Layout(module, module, plan.pp, plan.fsdp)
+    a, f = plan.attention, plan.ffn
+    return _Layout(_Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp), plan.pp, plan.fsdp)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFootprint:
+    """DRAM one device needs, in bytes: that of the most loaded device (the pipeline stage ``stage``).
+
+    Attributes:
+        weights_B: Parameters held (with FSDP: shards plus one gathered layer), bytes.
+        kv_cache_B: KV cache at its largest (decode: end of generation; prefill: the prompt), bytes.
+        activations_B: Peak live activations including MoE dispatch buffers and logits, bytes.
+        stage: Index of the pipeline stage these figures belong to.
+        total_B: Sum of the three, bytes.
+    """
+
+    weights_B: float
+    kv_cache_B: float
+    activations_B: float
+    stage: int = 0
+    total_B: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "total_B", self.weights_B + self.kv_cache_B + self.activations_B)
+
+
+def kv_elements_per_token(model: LLM, tp: int) -> int:
+    """KV-cache elements one device stores per token and layer: GQA/MQA/MHA keep ⌈kv_heads / tp⌉ heads;
+    MLA's latent and RoPE key are shared by all heads, so every TP rank keeps all of them."""
+    att = model.attention
+    if att.kind == "mla":
+        return att.kv_cache_elements_per_token()
+    return 2 * math.ceil(att.kv_heads / tp) * att.head_dim
+
+
+def _attention_activation_width(model: LLM, tp: int) -> int:
+    """Elements per token live inside attention on one device, beyond the normed input: queries, keys and
+    values, the attention output and the output projection. Scores are never materialised (flash-style
+    prefill, KV-streaming decode; docs/model.md). MLA counts the query latent, the KV latent and the larger of
+    the non-absorbed (decompressed K/V) and absorbed (queries in latent space) paths."""
+    att, hidden = model.attention, model.hidden
+    heads = math.ceil(att.heads / tp)
+    if att.kind == "mla":
+        latent = att.kv_lora_rank + att.qk_rope_head_dim
+        expanded = heads * max(att.qk_nope_head_dim + att.v_head_dim, latent)
+        return (att.q_lora_rank or 0) + heads * att.qk_head_dim + latent + expanded + heads * att.v_head_dim + hidden
+    kv_heads = math.ceil(att.kv_heads / tp)
+    return 2 * heads * att.head_dim + 2 * kv_heads * att.head_dim + hidden
+
+
+def _requests(scenario: Scenario, module: _Module) -> int:
+    """Requests one device serves: the batch over the module's data replicas (DP·EP)."""
+    return math.ceil(scenario.batch / (module.dp * module.ep))
+
+
+def _tokens(scenario: Scenario, module: _Module) -> int:
+    """Tokens one device processes at once: one per request in decode, the prompt shard in prefill. The
+    whole local batch is one microbatch (conservative: PP microbatching only lowers the peak)."""
+    if scenario.phase == "decode":
+        return _requests(scenario, module)
+    return _requests(scenario, module) * math.ceil(scenario.input_len / (module.sp * module.cp))
+
+
+def _representative_stages(sizes: tuple[int, ...], starts: tuple[int, ...], dense_layers: int) -> tuple[int, ...]:
+    """Stage indices, ascending, that cover every distinct stage composition (so ties go to the earliest).
+
+    A stage's footprint depends only on its layer count, how many of them are dense (the leading
+    ``dense_layers``) and whether it is the first or the last. Besides those two and the stages touching the
+    dense prefix, every stage holds MoE layers only and has one of vLLM's two sizes (the larger ones form one
+    block just before the last stage), so one stage of each size suffices.
+    """
+    pp = len(sizes)
+    stages = {0, pp - 1}
+    middle = 1
+    while middle < pp - 1 and starts[middle] < dense_layers:
+        stages.add(middle)
+        middle += 1
+    if middle < pp - 1:
+        stages.add(middle)
+        larger = pp - 1 - (sum(sizes) % pp)  # first stage of the larger size (vLLM split)
+        if middle < larger < pp - 1:
+            stages.add(larger)
+    return tuple(sorted(stages))
+
+
+@memo.cached(maxsize=_SCENARIO_CACHE)
+def _footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
+    model, precision = scenario.model, scenario.precision
+    att, ffn = layout.attention, layout.ffn
+    hidden, moe = model.hidden, model.moe
+
+    # Weights per layer on one device, in parameters, in three FSDP shard groups: attention side (attention,
+    # norms, embeddings) over the attention replicas, FFN non-expert (dense FFN, shared experts, router) over
+    # the FFN replicas, routed experts over the FFN DP group.
+    attention_layer = model.attention.parameter_count(hidden, att.tp) + 2 * hidden  # + the two RMSNorms (replicated)
+    dense_layer = 3 * hidden * math.ceil((model.dense_intermediate or 0) / ffn.tp)
+    moe_shared = moe_routed = 0
+    if moe:
+        expert = 3 * hidden * math.ceil(moe.expert_intermediate / ffn.tp)  # one SwiGLU expert's TP shard
+        router = hidden * moe.routed_experts + (moe.routed_experts if moe.router_bias else 0)  # replicated
+        moe_shared = moe.shared_experts * expert + router
+        moe_routed = math.ceil(moe.routed_experts / ffn.ep) * expert
+    vocab_shard = math.ceil(model.vocab / att.tp) * hidden  # vocab-parallel embedding / LM head
+
+    # KV cache per layer (bytes) and activation peak per block (elements).
+    kv_tokens = scenario.input_len + (scenario.output_len if scenario.phase == "decode" else 0)
+    kv_layer_B = (
+        _requests(scenario, att) * math.ceil(kv_tokens / (att.sp * att.cp)) * kv_elements_per_token(model, att.tp)
+        * precision.kv_bytes
+    )
+    t_att, t_ffn = _tokens(scenario, att), _tokens(scenario, ffn)
+    residual = t_att * hidden
+    attention_peak = t_att * (hidden + _attention_activation_width(model, att.tp))
+    dense_peak = t_ffn * (hidden + 2 * math.ceil((model.dense_intermediate or 0) / ffn.tp))  # SwiGLU gate + up
+    if moe:
+        # Each token goes to top-k experts: dispatch send + receive copies, gate + up per routed copy, the
+        # shared experts' gate + up and the router logits. Balanced routing: EP·T tokens × top-k spread over EP
+        # devices leaves T × top-k per device on average (load imbalance is the timing model's concern).
+        up = 2 * math.ceil(moe.expert_intermediate / ffn.tp)
+        moe_peak = t_ffn * (hidden + moe.top_k * (2 * hidden + up) + moe.shared_experts * up + moe.routed_experts)
+    else:
+        moe_peak = 0
+    logits_peak = _requests(scenario, att) * math.ceil(model.vocab / att.tp)  # last position of each request
+
+    sizes = pipeline_stage_layers(model.layers, layout.pp)
+    starts = tuple(itertools.accumulate(sizes, initial=0))
+    worst: tuple[float, int, float, float, float] | None = None  # (total, stage, weights, KV, activations)
+    for stage in _representative_stages(sizes, starts, model.dense_layers):
+        count = sizes[stage]
+        n_dense = max(0, min(starts[stage + 1], model.dense_layers) - starts[stage])
+        n_moe = count - n_dense
+        first, last = stage == 0, stage == layout.pp - 1
+        side = count * attention_layer + (vocab_shard if first else 0)
+        if last:
+            side += hidden  # final norm
+            # LM head. Tied embeddings are one tensor on a single stage; with PP the last stage keeps a copy.
+            side += vocab_shard if layout.pp > 1 or not model.tied_embeddings else 0
+        ffn_shared = n_dense * dense_layer + n_moe * moe_shared
+        routed = n_moe * moe_routed
+        if layout.fsdp:
+            units = [vocab_shard] if first or last else []
+            units += [attention_layer + dense_layer] if n_dense else []
+            units += [attention_layer + moe_shared + moe_routed] if n_moe else []
+            gathered = FSDP_GATHERED_LAYERS * max(units, default=0)
+            weights = side / (att.dp * att.ep) + ffn_shared / (ffn.dp * ffn.ep) + routed / ffn.dp + gathered
+        else:
+            weights = side + ffn_shared + routed
+        weights_B = weights * precision.weight_bytes
+
+        peaks = [attention_peak] if count else []
+        peaks += [dense_peak] if n_dense else []
+        peaks += [moe_peak] if n_moe else []
+        peaks += [logits_peak] if last else []
+        activations_B = (residual + max(peaks, default=0)) * ACTIVATION_BUFFERS * precision.activation_bytes
+
+        kv_B = count * kv_layer_B
+        total_B = weights_B + kv_B + activations_B
+        if worst is None or total_B > worst[0]:
+            worst = (total_B, stage, weights_B, kv_B, activations_B)
+    _, stage, weights_B, kv_B, activations_B = worst
+    return MemoryFootprint(weights_B=weights_B, kv_cache_B=kv_B, activations_B=activations_B, stage=stage)
+
+
+def memory_footprint(scenario: Scenario, plan: Strategy | Schedule) -> MemoryFootprint:
+    """DRAM needed by the most loaded device (paper §4.2.3 memory-footprint check), in bytes.
+
+    - Weights: the stage's layers (vLLM split, :func:`pipeline_stage_layers`); attention / TP, dense FFN / TP,
+      routed experts / (EP·TP), shared experts / TP; router, norms and MLA down-projections replicated;
+      vocab-parallel embeddings on the first stage and LM head + final norm on the last. With FSDP, weights
+      are sharded over DP (DP·EP for non-expert weights) plus one fully gathered layer. Every parameter is
+      stored at ``precision.weight_bytes`` (norms and router kept wider in practice are a rounding error).
+    - KV cache: ⌈batch / (DP·EP)⌉ requests × ⌈tokens / (SP·CP)⌉ × per-token elements per layer (split by TP
+      for GQA/MQA/MHA, MLA latent replicated) × layers × ``precision.kv_bytes``; tokens = input + output in
+      decode, input in prefill. Ring-style SP keeps each rank's own K/V shard like CP does.
+    - Activations: tokens in flight × (residual + the largest block's live elements: attention, SwiGLU FFN,
+      MoE with dispatch buffers, or the last stage's logits) × :data:`ACTIVATION_BUFFERS` ×
+      ``precision.activation_bytes``.
+
+    Args:
+        scenario: The workload (model, phase, batch, lengths, precision).
+        plan: A flat :class:`Strategy` or a (possibly per-module) :class:`Schedule`.
+
+    Returns:
+        The footprint of the pipeline stage with the largest total.
+    """
+    return _footprint(scenario, _layout(plan))
+
+
+def _check_capacity(capacity_B: float, reserve: float) -> None:
+    if not capacity_B > 0:
+        raise UserInputError(f"capacity_B: must be > 0 bytes (got {capacity_B})")
+    if not 0 <= reserve < 1:
+        raise UserInputError(f"reserve: must be in [0, 1) (got {reserve})")
+
+
+def usable_capacity_B(capacity_B: float, reserve: float = MEMORY_RESERVE) -> float:
+    """DRAM a schedule may use: (1 − reserve) × capacity, in bytes (paper §4.2.3: 10 % kept free)."""
+    _check_capacity(capacity_B, reserve)
+    return (1 - reserve) * capacity_B
+
+
+def fits(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float, reserve: float = MEMORY_RESERVE) -> bool:
+    """Whether the most loaded device's footprint fits in ``(1 − reserve) × capacity_B``.
+
+    Args:
+        scenario: The workload.
+        plan: A flat strategy or a schedule.
+        capacity_B: DRAM per device, bytes.
+        reserve: Fraction kept free (default 10 %, docs/calibration.md §1).
+    """
+    return memory_footprint(scenario, plan).total_B <= usable_capacity_B(capacity_B, reserve)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Composer
+# --------------------------------------------------------------------------------------------------------
+
+
+@memo.cached(maxsize=64)  # (scenario, N, capacity) triples: one search touches a few
+def _feasible(
+    scenario: Scenario, n: int, capacity_B: float | None, reserve: float
+) -> tuple[tuple[Strategy, ...], tuple[tuple[str, int], ...]]:
+    limit = None if capacity_B is None else usable_capacity_B(capacity_B, reserve)
+    kept: list[Strategy] = []
+    dropped = dict.fromkeys([name for name, _ in PRUNING_RULES] + [MEMORY_RULE], 0)
+    for strategy in enumerate_strategies(n):
+        pruned = prune_reason(scenario, strategy)
+        if pruned is not None:
+            dropped[pruned[0]] += 1
+        elif limit is not None and memory_footprint(scenario, strategy).total_B > limit:
+            dropped[MEMORY_RULE] += 1
+        else:
+            kept.append(strategy)
+    return tuple(kept), tuple((name, count) for name, count in dropped.items() if count)
+
+
+def feasible_strategies(
+    scenario: Scenario, n: int, capacity_B: float | None, reserve: float = MEMORY_RESERVE
+) -> tuple[tuple[Strategy, ...], dict[str, int]]:
+    """The strategies on ``n`` devices that survive every pruning rule and, if given a capacity, fit in DRAM.
+
+    Args:
+        scenario: The workload.
+        n: Number of devices.
+        capacity_B: DRAM per device in bytes, or None to apply the rules only.
+        reserve: Fraction of DRAM kept free (default 10 %).
+
+    Returns:
+        (kept strategies in enumeration order, {rule name: strategies it dropped}); each dropped strategy is
+        counted once, under the first rule of :data:`PRUNING_RULES` that fires, or under ``"memory"``.
+        Rules that dropped nothing are left out.
+    """
+    kept, dropped = _feasible(scenario, n, capacity_B, reserve)
+    return kept, dict(dropped)
+
+
+def representative_stages(layers: int, pp: int, dense_layers: int) -> tuple[int, ...]:
+    """Pipeline stages whose composition differs (first, last, dense-prefix, each MoE stage size)."""
+    sizes = pipeline_stage_layers(layers, pp)
+    starts = tuple(itertools.accumulate(sizes, initial=0))
+    return _representative_stages(sizes, starts, dense_layers)
