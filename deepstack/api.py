@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
-from deepstack.models import collectives, network, parallel
-from deepstack.models.device import resolve_device
-from deepstack.models.evaluate import DesignPoint
+from deepstack.models import collectives, network
+from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate as run_evaluation
-from deepstack.models.schedule_search import best_schedule
-from deepstack.schema import NetworkLevel, Scenario, Schedule, load_file, validate
+from deepstack.models.hardware.device import resolve_device
+from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.models.parallel.strategies import enumerate_strategies
+from deepstack.models.results import Report
+from deepstack.schema import NetworkLevel, Scenario, Schedule, build_scenario, load_file, validate
+from deepstack.search.schedules import best_schedule
 
 
 def _llm_row(m) -> dict[str, Any]:
@@ -98,22 +102,16 @@ def validate_file(path: str) -> dict[str, Any]:
     return {"valid": True, "kind": obj.kind, "name": getattr(obj, "name", None), "content": obj.model_dump(mode="json")}
 
 
-def build_scenario(model: str, phase: str, batch: int, input_len: int, output_len: int,
-                   precision: str | None) -> Scenario:
-    """A validated scenario from CLI-style arguments (field names match the flags)."""
-    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len, "output_len": output_len}
-    if precision:
-        data["precision"] = precision
-    return validate(Scenario, data, origin="scenario")
-
-
 def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: int = 1024, output_len: int = 1024,
              precision: str | None = None, chip: str | None = None, noc: str | None = None,
              system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
-             parallel: str | None = None, objective: str = "stps") -> dict[str, Any]:
-    """Evaluate one design point and return the report of DESIGN.md §6 as plain data.
+             parallel: str | None = None, objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
+             overlap: bool = True) -> Report:
+    """Evaluate one design point described as the CLI's flags describe it; see :func:`deepstack.evaluate`.
 
-    Raises ``UserInputError`` for bad input and for a request that cannot fit (memory), naming the field.
+    Without ``parallel`` on a multi-device network the best schedule by ``objective`` is searched (the report
+    then carries the search's summary). Raises ``UserInputError`` for bad input and for a request that cannot
+    fit (memory), naming the field.
     """
     scenario = build_scenario(model, phase, batch, input_len, output_len, precision)
     if system and (chip or noc):
@@ -127,16 +125,20 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     schedule = Schedule.parse(parallel) if parallel else Schedule()
     point = DesignPoint(chip=architecture, scenario=scenario, schedule=schedule, network=network,
                         stacked_layers=stacked_layers, connected_layers=connected_layers)
+    options = {"with_ttft": with_ttft, "breakdown": breakdown, "overlap": overlap}
     if parallel is None and network is not None and network.devices > 1:
         search = best_schedule(point, objective)
         report = search.best
-        report.search = search.summary()
+        if not (with_ttft and breakdown and overlap):  # the search reports its best with the defaults
+            best = Schedule.parse(report.schedule.text).model_copy(update={"collectives": schedule.collectives})
+            report = run_evaluation(dataclasses.replace(point, schedule=best), **options)
+        report = report.with_search(search.summary())
     else:
-        report = run_evaluation(point)
+        report = run_evaluation(point, **options)
     memory = [v for v in report.violations if v.startswith("memory")]
     if memory:
         raise InfeasibleError(f"{memory[0]}; use more devices (--parallel) or a larger DRAM stack")
-    return report.as_dict()
+    return report
 
 
 def strategies(*, devices: int, model: str | None = None, phase: str = "decode", batch: int = 1,
@@ -148,7 +150,7 @@ def strategies(*, devices: int, model: str | None = None, phase: str = "decode",
     if not 1 <= devices <= 1 << 20:
         raise UserInputError(f"--devices: must be an integer in 1..{1 << 20} (got {devices})")
     if model is None:
-        kept = parallel.enumerate_strategies(devices)
+        kept = enumerate_strategies(devices)
         pruned: dict[str, int] = {}
     else:
         scenario = build_scenario(model, phase, batch, input_len, output_len, precision)
@@ -156,10 +158,10 @@ def strategies(*, devices: int, model: str | None = None, phase: str = "decode",
         if chip is not None:
             dev = resolve_device(catalog.load("chips", chip), stacked_layers, connected_layers)
             capacity = dev.dram.capacity_B
-        kept, pruned = parallel.feasible_strategies(scenario, devices, capacity)
+        kept, pruned = feasible_strategies(scenario, devices, capacity)
     rows = [{"tp": s.tp, "ep": s.ep, "sp": s.sp, "cp": s.cp, "dp": s.dp, "pp": s.pp, "fsdp": s.fsdp,
              "label": s.label} for s in kept]
-    return {"devices": devices, "count": len(rows), "total": len(parallel.enumerate_strategies(devices)),
+    return {"devices": devices, "count": len(rows), "total": len(enumerate_strategies(devices)),
             "pruned": dict(pruned), "strategies": rows}
 
 

@@ -9,6 +9,7 @@ import typer
 
 from deepstack import api, report
 from deepstack.errors import UserInputError
+from deepstack.models import collectives, network
 
 app = typer.Typer(
     name="deepstack",
@@ -112,7 +113,8 @@ def evaluate(
     """
     result = api.evaluate(model=model, chip=chip, noc=noc, system=system, phase=phase, batch=batch,
                           input_len=input_len, output_len=output_len, precision=precision,
-                          stacked_layers=stacked_layers, connected_layers=connected_layers, parallel=parallel)
+                          stacked_layers=stacked_layers, connected_layers=connected_layers,
+                          parallel=parallel).as_dict()
     if json_out:
         report.print_json(result)
     else:
@@ -157,12 +159,12 @@ def collective(
     op: Annotated[str, typer.Option(help="all_reduce, all_gather, reduce_scatter, all_to_all or send_recv.")],
     bytes_per_rank: Annotated[float, typer.Option("--bytes", help="Per-rank input size in bytes.")],
     topology: Annotated[str | None, typer.Option(
-        help="Per level, innermost first: switch, ring, chain, mesh, torus, fully_connected.")] = None,
+        help=f"Per level, innermost first: {', '.join(network.topology_names())}.")] = None,
     dims: Annotated[str | None, typer.Option(help="Per level: 8 or 4x4, comma-separated.")] = None,
     link_bw_GBps: Annotated[str | None, typer.Option("--link-bw-GBps", help="Per level, GB/s per link.")] = None,
     hop_latency_ns: Annotated[str | None, typer.Option("--hop-latency-ns", help="Per level, ns per hop.")] = None,
-    algorithm: Annotated[str, typer.Option(
-        help="auto, ring, halving_doubling, rabenseifner, double_tree, hierarchical, direct, pairwise.")] = "auto",
+    algorithm: Annotated[str, typer.Option(help=", ".join(dict.fromkeys(
+        ("auto", *(name for op in collectives.OPS for name in collectives.algorithms(op))))))] = "auto",
     packet_bytes: Annotated[str | None, typer.Option(help="Payload bytes per packet, per level.")] = None,
     header_bytes: Annotated[str | None, typer.Option(help="Header bytes per packet, per level.")] = None,
     noc: Annotated[str | None, typer.Option(help="A catalog NoC instead of the topology flags.")] = None,

@@ -1,10 +1,10 @@
-"""Energy coefficients and the energy of counted work (paper §4.1.2, CALIBRATION.md §3).
+"""Energy coefficients and the energy of counted work (paper §4.1.2, docs/calibration.md §3).
 
 Horowitz (ISSCC 2014) gives 45 nm energies. They are scaled to 7 nm explicitly by C·V²: switched capacitance
 scales with the physical gate pitch — node names are not dimensions — from the 160 nm contacted poly pitch of
 a 45 nm process (Intel, IEDM 2007) to the 57 nm of TSMC N7 (IEDM 2016), and the supply drops from 0.9 V
 (Horowitz's 45 nm) to 0.7 V (7 nm nominal): a factor (57/160)·(0.7/0.9)² = 0.216. Sanity bound
-(CALIBRATION.md §3): H100 reaches 0.71 pJ/FLOP at board level in 4 nm, everything included; our 7 nm per-FLOP
+(docs/calibration.md §3): H100 reaches 0.71 pJ/FLOP at board level in 4 nm, everything included; our 7 nm per-FLOP
 datapath energy must stay below it.
 """
 
@@ -22,7 +22,7 @@ FEATURE_SCALE = 57 / 160  # 45 nm → 7 nm capacitance: contacted poly pitch 160
 VOLTAGE_SCALE = (0.7 / 0.9) ** 2  # 0.9 V (45 nm) → 0.7 V (7 nm)
 TECH_SCALE_45_TO_7 = FEATURE_SCALE * VOLTAGE_SCALE
 
-# Horowitz ISSCC 2014, 45 nm (CALIBRATION.md §3)
+# Horowitz ISSCC 2014, 45 nm (docs/calibration.md §3)
 FP16_ADD_PJ_45 = 0.4
 FP16_MULT_PJ_45 = 1.1
 FP32_ADD_PJ_45 = 0.9
@@ -76,7 +76,7 @@ class EnergyCoefficients:
 
 @memo.cached(maxsize=4096)
 def coefficients(device) -> EnergyCoefficients:
-    """Energies for a :class:`~deepstack.models.device.DeviceSpec`. Register files are small banked arrays
+    """Energies for a :class:`~deepstack.models.hardware.device.DeviceSpec`. Register files are small banked arrays
     (Horowitz's 8 KB point); L1 and L2 by their capacity."""
     return EnergyCoefficients(
         matrix_J_per_flop=matrix_energy_J_per_flop(),
@@ -87,3 +87,15 @@ def coefficients(device) -> EnergyCoefficients:
         l2_J_per_B=sram_energy_J_per_B(device.l2_B),
         dram_J_per_B=device.dram.energy_J_per_B,
     )
+
+
+def operator_energy_J(count: int, timing, coefficients: EnergyCoefficients) -> tuple[float, float]:
+    """(core energy at the nominal clock, DRAM energy) of ``count`` runs of an operator timed as ``timing``
+    (an :class:`~deepstack.models.compute.timing.OpTiming`: its counted FLOPs and bytes per memory level)."""
+    t = timing
+    core = count * (t.matrix_flops * coefficients.matrix_J_per_flop
+                    + t.vector_flops * coefficients.vector_J_per_flop
+                    + t.sfu_ops * coefficients.sfu_J_per_op
+                    + t.l0_B * coefficients.l0_J_per_B + t.l1_B * coefficients.l1_J_per_B
+                    + t.l2_B * coefficients.l2_J_per_B)
+    return core, count * t.dram_B * coefficients.dram_J_per_B

@@ -3,7 +3,7 @@
 T = T_amb + R(m)·P with R(m) = 0.56 + 0.01·m °C/W for a 100 mm² stack (ANSYS fit anchored at 4 layers, 100 W,
 6000 W/m²K convection). With P_dyn ∝ f³, the thermally sustainable frequency at m layers is
 f_th = (P_dyn(m) / P_dyn(4))^(1/3) with P_dyn(m) = TDP·R(4)/R(m) − P_static; a second power-wall check lowers
-the frequency further if the device's actual power exceeds what the package can remove.
+the frequency further if the device's actual power exceeds what the package can remove (models/dvfs.py).
 """
 
 from __future__ import annotations
@@ -46,10 +46,3 @@ def thermal_frequency_scale(tdp_w: float, stacked_layers: int) -> float:
     dyn_4 = tdp_w - p_static
     return min(1.0, (max(dyn_m, 0.0) / dyn_4) ** (1 / 3))
 
-
-def power_wall_scale(dynamic_power_w: float, static_w: float, power_limit_w: float) -> float:
-    """Further frequency scale so that static + dynamic·s³ ≤ limit (P_dyn ∝ f³); 1 if already under it."""
-    if dynamic_power_w <= 0 or static_w + dynamic_power_w <= power_limit_w:
-        return 1.0
-    room = power_limit_w - static_w
-    return (room / dynamic_power_w) ** (1 / 3) if room > 0 else 0.0

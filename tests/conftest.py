@@ -1,4 +1,4 @@
-"""Fixtures shared by the tests. (No repo-root conftest and no tests/__init__.py: DESIGN.md §1.)"""
+"""Fixtures shared by the tests. (No repo-root conftest and no tests/__init__.py: docs/architecture.md §1.)"""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ import pytest
 from conftest import assert_user_error
 
 from deepstack import catalog
-from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
 from deepstack.schema import Scenario
 
 DECODE_1B = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--phase", "decode", "--batch", "1")
@@ -87,7 +88,7 @@ def test_human_output_shows_the_operator_breakdown(cli_process):
 
 
 # --- m = n = 1…16 sweep (README "One device: the chip model") ---
-# PEs per device from the area model (models/area.py): floor((100/1.15 − L2 − NoC − DRAM(m)) / PE), with
+# PEs per device from the area model (models/hardware/area.py): floor((100/1.15 − L2 − NoC − DRAM(m)) / PE), with
 # L2 = 4 MiB·0.7282 + 1170 B/cycle·3.976e-3 = 7.565 mm², NoC (TMS1 baseline) 23.98 mm²,
 # DRAM(m) = m·(0.409375 TB/s·3.0 + 1.5) mm² and one PE = 5.252 mm². E.g. m = 4: (86.957 − 7.565 − 23.98
 # − 10.912) / 5.252 = 8.47 → 8; m = 16: (86.957 − 7.565 − 23.98 − 43.65) / 5.252 = 2.24 → 2.
@@ -142,7 +143,7 @@ def test_stacking_sweep_m_equals_n(cli):
     assert rows[16][2] < rows[8][2] < rows[16][1]
 
 
-# --- bad input: one line on stderr naming the problem, exit status 2, no traceback (DESIGN.md §6) ---
+# --- bad input: one line on stderr naming the problem, exit status 2, no traceback (docs/architecture.md §6) ---
 
 
 def test_unknown_model(cli):

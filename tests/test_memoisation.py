@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from deepstack import catalog
-from deepstack.models import clear_caches
-from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.models import clear_caches, memo
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.models.hardware.device import resolve_device
+from deepstack.models.pipeline import run_phase
 from deepstack.schema import Scenario, Schedule
 
 SAMPLE = [
@@ -80,3 +84,41 @@ def test_a_collective_reused_across_speeds_of_levels_it_never_crosses_equals_a_c
         after_base = _summary(collective_time(op, 1 << 20, groups, faster_top))
         assert after_base == cold
         assert (on_base != cold) == top_level_matters  # the faster top level helps only groups that cross it
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggedPoint(DesignPoint):
+    """A design point with one more input, as a future field of DesignPoint would add."""
+
+    tag: str = ""
+
+
+def _tagged(point: DesignPoint, tag: str) -> TaggedPoint:
+    return TaggedPoint(**{f.name: getattr(point, f.name) for f in dataclasses.fields(DesignPoint)}, tag=tag)
+
+
+def test_the_phase_memo_key_follows_every_field_of_the_design_point():
+    """The phase memo keys on the design point itself, never on a hand-made list of its fields: two points that
+    differ only in a field added later must not share an entry, and equal points must."""
+    base = _point(*SAMPLE[0])
+    dev = resolve_device(base.chip, base.stacked_layers, base.connected_layers, base.network, base.sram,
+                         base.noc_bw_scale)
+    clear_caches()
+    a, b = _tagged(base, "a"), _tagged(base, "b")
+    phase_a = run_phase(a, dev, a.scenario)
+    phase_b = run_phase(b, dev, b.scenario)
+    assert phase_b is not phase_a  # the added field is part of the key
+    assert run_phase(_tagged(base, "a"), dev, a.scenario) is phase_a  # an equal point hits the same entry
+    assert phase_b.nominal_stage_s == phase_a.nominal_stage_s  # (the tag changes no physics)
+
+
+def test_the_pipeline_memos_are_bounded_registered_tables():
+    from deepstack.models.pipeline import phase
+
+    for table in (phase._PHASES, phase._TUNED):
+        assert table in memo.registered() and table.maxsize > 0
+    assert phase._PHASES.lru
+    evaluate(_point(*SAMPLE[0]))
+    assert len(phase._PHASES) > 0 and len(phase._TUNED) > 0
+    clear_caches()
+    assert len(phase._PHASES) == 0 and len(phase._TUNED) == 0

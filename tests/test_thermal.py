@@ -1,4 +1,4 @@
-"""Thermal model, DVFS and the power wall (models/thermal.py, models/evaluate.py; paper §4.1.2).
+"""Thermal model, DVFS and the power wall (models/thermal.py, models/dvfs.py; paper §4.1.2).
 
 Formulas of the paper: T = T_amb + R(m)·P with R(m) = 0.56 + 0.01·m °C/W; static power 10 % of TDP;
 f_th = (P_dyn(m) / P_dyn(4))^(1/3) with P_dyn(m) = TDP·R(4)/R(m) − P_static; then a power-wall check.
@@ -11,8 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepstack import catalog
-from deepstack.models import thermal
-from deepstack.models.evaluate import DesignPoint, evaluate
+from deepstack.errors import UserInputError
+from deepstack.models import dvfs, thermal
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.models.hardware.device import resolve_device
 from deepstack.schema import Scenario
 
 NOMINAL_GHZ = 1.4  # standard.toml clock_GHz
@@ -71,16 +74,38 @@ def test_more_layers_never_raise_frequency(tdp, m):
     assert 0.0 < thermal.thermal_frequency_scale(tdp, m) <= 1.0
 
 
+class _Step:
+    """A step whose time scales as 1/f and whose core energy as f² (V ∝ f), as a phase's rows do."""
+
+    def __init__(self, time_s: float, core_J: float) -> None:
+        self.time_s, self.core_J = time_s, core_J
+
+    def time_at(self, scale: float) -> float:
+        return self.time_s / scale
+
+    def energy_J(self, coefficients, scale: float, noc_J_per_B, devices: int) -> tuple[float, float, float]:
+        return self.core_J * scale**2, 0.0, 0.0
+
+
 @settings(max_examples=60, deadline=None)
-@given(dynamic=st.floats(0.1, 1000.0), static=st.floats(0.0, 100.0), limit=st.floats(1.0, 1000.0))
-def test_power_wall_scale_meets_the_limit(dynamic, static, limit):
-    scale = thermal.power_wall_scale(dynamic, static, limit)
-    assert 0.0 <= scale <= 1.0
-    if static < limit:
-        # P_dyn ∝ f³: static + dynamic·s³ ≤ limit, with equality when throttled
-        assert static + dynamic * scale**3 <= limit * (1 + 1e-9)
-        if scale < 1.0:
-            assert static + dynamic * scale**3 == pytest.approx(limit)
+@given(core_J=st.floats(0.01, 100.0), m=st.integers(1, 16))
+def test_the_power_wall_keeps_the_device_within_its_tdp(core_J, m):
+    """DVFS (models/dvfs.py): the thermal clock when the device fits its TDP there; otherwise the largest clock
+    at which it does (P = static + E·f²/(t/f) ∝ f³ above static)."""
+    dev = resolve_device(catalog.load("chips", "standard"), m, m)
+    step = _Step(1e-3, core_J * 1e-3)
+    try:
+        scale, time_s, power_w = dvfs.clock_scale(step, dev, None, (), 1)
+    except UserInputError:  # would need a clock below MIN_CLOCK_SCALE
+        assert thermal.static_power_w(dev.tdp_W) + step.core_J / step.time_s * dvfs.MIN_CLOCK_SCALE**3 > dev.tdp_W
+        return
+    f_th = thermal.thermal_frequency_scale(dev.tdp_W, m)
+    assert 0.0 < scale <= f_th and time_s == step.time_at(scale)
+    assert power_w == thermal.static_power_w(dev.tdp_W) + step.core_J * scale**2 / time_s
+    if scale < f_th:  # throttled: at the TDP, to the bisection's precision
+        assert power_w <= dev.tdp_W and power_w == pytest.approx(dev.tdp_W, rel=1e-9)
+    else:
+        assert power_w <= dev.tdp_W
 
 
 def test_dvfs_frequency_reported_by_the_cli(cli):

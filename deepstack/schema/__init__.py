@@ -20,7 +20,7 @@ from deepstack.schema.hardware import (
     Thermal,
 )
 from deepstack.schema.llm import LLM, Attention, MoE
-from deepstack.schema.loader import read_file, validate
+from deepstack.schema.loader import build_scenario, read_file, validate
 from deepstack.schema.scenario import Precision, Scenario
 from deepstack.schema.schedule import ModuleParallel, Schedule
 from deepstack.schema.space import (
@@ -56,8 +56,34 @@ def load_file(path: str | Path, expected_kind: str | None = None):
 
 
 __all__ = [
-    "LLM", "PE", "SCHEMAS", "Attention", "ChipArchitecture", "DesignSpace", "Device", "DramTiming", "HBMDram",
-    "HardwareAxes", "MinTile", "MoE", "ModuleParallel", "Network", "NetworkLevel", "Precision", "Scenario",
-    "ScenarioAxes", "Schedule", "ScheduleAxes", "SramOption", "Stacked3DDram", "StudyRecipe", "System",
-    "Table2Row", "Thermal", "load_file", "read_file", "validate",
+    "LLM",
+    "PE",
+    "SCHEMAS",
+    "Attention",
+    "ChipArchitecture",
+    "DesignSpace",
+    "Device",
+    "DramTiming",
+    "HBMDram",
+    "HardwareAxes",
+    "MinTile",
+    "MoE",
+    "ModuleParallel",
+    "Network",
+    "NetworkLevel",
+    "Precision",
+    "Scenario",
+    "ScenarioAxes",
+    "Schedule",
+    "ScheduleAxes",
+    "SramOption",
+    "Stacked3DDram",
+    "StudyRecipe",
+    "System",
+    "Table2Row",
+    "Thermal",
+    "build_scenario",
+    "load_file",
+    "read_file",
+    "validate",
 ]

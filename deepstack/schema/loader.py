@@ -135,3 +135,15 @@ def validate(cls: type[T], data: Any, origin: str = "") -> T:
         raise UserInputError(prefix + describe_validation_error(cls, exc)) from None
     except RecursionError:
         raise UserInputError(f"{origin}: input nested too deeply") from None
+
+
+def build_scenario(model: str, phase: str, batch: int, input_len: int = 1024, output_len: int = 1024,
+                   precision: str | None = None, origin: str = "scenario"):
+    """A validated :class:`Scenario` from names and numbers (the CLI's flags, a space's axes, a study's
+    parameters); ``precision`` None keeps the model's default. Errors name ``origin``."""
+    from deepstack.schema.scenario import Scenario
+
+    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len, "output_len": output_len}
+    if precision:
+        data["precision"] = precision
+    return validate(Scenario, data, origin=origin)

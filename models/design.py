@@ -1,0 +1,57 @@
+"""The design point: everything one evaluation needs (hardware, network, workload scenario and schedule)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deepstack.errors import UserInputError
+from deepstack.models import memo
+from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
+
+
+@dataclass(frozen=True)
+class DesignPoint:
+    """Everything one evaluation needs. Without a network, devices only replicate data-parallel.
+
+    Frozen and hashable: its hash and equality (over every field) key the evaluator's memo tables, so a field
+    added here takes part in every key without further edits.
+
+    Attributes:
+        chip: the chip architecture (a Table 2 preset or a user file).
+        scenario: the model, phase, batch and sequence lengths served.
+        schedule: the parallel schedule (TP, EP, SP, CP, DP per module, PP, FSDP, collective algorithms).
+        network: the device network; None for a single device or pure data-parallel replicas.
+        stacked_layers: DRAM layers stacked on the die (m); None keeps the chip's.
+        connected_layers: DRAM layers with their own bandwidth to the logic die (n); None keeps the chip's.
+        sram: an SRAM option overriding the chip's L1/L2; None keeps the chip's.
+        noc_bw_scale: multiplies the chip's NoC bandwidth (and area).
+    """
+
+    chip: ChipArchitecture
+    scenario: Scenario
+    schedule: Schedule = field(default_factory=Schedule)
+    network: Network | None = None
+    stacked_layers: int | None = None
+    connected_layers: int | None = None
+    sram: SramOption | None = None
+    noc_bw_scale: float = 1.0
+
+    @property
+    def devices(self) -> int:
+        return _network_devices(self.network) if self.network is not None else self.schedule.devices
+
+
+@memo.cached(maxsize=256)
+def _network_devices(network: Network) -> int:
+    return network.devices
+
+
+def check_schedule(point: DesignPoint) -> None:
+    """Reject schedules the machine cannot run (user errors, one line each)."""
+    s = point.schedule
+    if point.network is not None and s.devices != point.network.devices:
+        raise UserInputError(
+            f"--parallel: the schedule uses {s.devices} devices but {point.network.name} has {point.network.devices}"
+        )
+    if point.network is None and (s.devices != s.attention.dp or s.ffn.devices != s.ffn.dp or s.pp > 1):
+        raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")

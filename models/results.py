@@ -1,0 +1,270 @@
+"""Typed, immutable evaluation results: :class:`Report` and its parts.
+
+Each type is a small frozen dataclass whose field names are the report's JSON keys, units included
+(``ttft_s``, ``power_w``, ``temperature_c``, ``frequency_ghz``, ...). Each is also a read-only
+:class:`~collections.abc.Mapping` of those keys, so ``report.metrics.stps`` and ``report.metrics["stps"]`` read
+the same number, and :meth:`Record.as_dict` gives the report's JSON form (plain dicts and lists, in key order).
+Nothing in a report can be changed: one report shared by many readers (memo tables hand the same parts to every
+report of a hardware point) can never be altered through another.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+
+class FrozenMap(Mapping):
+    """A read-only mapping (for entries whose keys are data, e.g. the area terms or a module's degrees)."""
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping | None = None) -> None:
+        object.__setattr__(self, "_data", dict(data) if data else {})
+
+    def __getitem__(self, key):
+        return self._data[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is read-only")
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._data.items()))
+
+    def __reduce__(self):
+        return (type(self), (self._data,))
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def as_dict(self) -> dict:
+        return {key: plain(value) for key, value in self._data.items()}
+
+
+def frozen(value: Any) -> Any:
+    """``value`` with every dict made a :class:`FrozenMap` and every list a tuple, recursively."""
+    if isinstance(value, dict):
+        return FrozenMap({key: frozen(v) for key, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(frozen(v) for v in value)
+    return value
+
+
+def plain(value: Any) -> Any:
+    """The JSON form of a result value: records and frozen maps as dicts, tuples as lists."""
+    if isinstance(value, Record | FrozenMap):
+        return value.as_dict()
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+class Record(Mapping):
+    """Base of the result types: a frozen dataclass read as a mapping of its field names."""
+
+    __slots__ = ()
+    KEYS: ClassVar[tuple[str, ...]] = ()  # the JSON keys in order (set by :func:`record`)
+    _KEYSET: ClassVar[frozenset[str]] = frozenset()
+
+    def _keys(self) -> tuple[str, ...]:
+        return self.KEYS
+
+    def __getitem__(self, key: str):
+        if key in self._KEYSET:
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def as_dict(self) -> dict:
+        """The JSON form: plain dicts and lists, keys in field order."""
+        return {key: plain(self[key]) for key in self._keys()}
+
+
+def record(cls):
+    """Make ``cls`` a frozen, slotted dataclass whose mapping keys are its fields."""
+    cls = dataclasses.dataclass(frozen=True, slots=True, eq=False)(cls)
+    cls.KEYS = tuple(f.name for f in dataclasses.fields(cls))
+    cls._KEYSET = frozenset(cls.KEYS)
+    return cls
+
+
+@record
+class Metrics(Record):
+    """The headline figures of a design point (the whole system unless named per device)."""
+
+    ttft_s: float  # time to first token (NaN when a decode evaluation leaves it out)
+    utps: float  # tokens/s per user
+    stps: float  # tokens/s of the system
+    tokens_per_joule: float
+    power_w: float  # all devices
+    temperature_c: float  # junction temperature of one device
+    frequency_ghz: float  # clock after DVFS
+    area_mm2: float  # silicon of all devices
+    memory_gib: float  # DRAM used per device
+
+
+@record
+class HardwareSummary(Record):
+    """The resolved hardware of a design point (per device unless named otherwise)."""
+
+    chip: str
+    noc: str | None
+    devices: int
+    pes_per_device: int
+    stacked_layers: int
+    connected_layers: int
+    dram_technology: str
+    dram_bw_TBps: float
+    dram_effective_bw_TBps: float
+    dram_capacity_GiB: float
+    fp16_tflops_per_device: float
+    l1_bw_TBps_per_device: float
+    l2_bw_TBps_per_device: float
+    nominal_clock_ghz: float
+    tdp_w_per_device: float
+    area_per_device_mm2: FrozenMap  # area term → mm²
+
+
+@record
+class ScheduleSummary(Record):
+    """The schedule evaluated (``attention``/``ffn``: each module's degrees; ``collectives``: algorithm per
+    collective where not "auto")."""
+
+    text: str
+    devices: int
+    attention: FrozenMap
+    ffn: FrozenMap
+    pp: int
+    fsdp: bool
+    microbatches: int
+    collectives: FrozenMap
+
+
+@record
+class ScenarioSummary(Record):
+    model: str
+    phase: str
+    batch: int
+    input_len: int
+    output_len: int
+    precision: str
+
+
+@record
+class Utilization(Record):
+    """Busy fractions over the step: matrix units, L2, DRAM, and each network level's links (``noc_L1``...)."""
+
+    compute: float
+    l2: float
+    dram: float
+    noc: tuple[float, ...] = ()  # per network level, innermost first
+
+    def _keys(self) -> tuple[str, ...]:
+        return ("compute", "l2", "dram", *(f"noc_L{i + 1}" for i in range(len(self.noc))))
+
+    def __getitem__(self, key: str):
+        if key.startswith("noc_L") and key[5:].isdigit() and 1 <= int(key[5:]) <= len(self.noc):
+            return self.noc[int(key[5:]) - 1]
+        if key in ("compute", "l2", "dram"):
+            return getattr(self, key)
+        raise KeyError(key)
+
+
+@record
+class Energy(Record):
+    """Energy of one step on one device (J)."""
+
+    core: float
+    dram: float
+    network: float
+    static: float
+
+
+@record
+class MemoryUse(Record):
+    """DRAM held per device (GiB)."""
+
+    weights: float
+    kv_cache: float
+    activations: float
+
+
+@record
+class OperatorEntry(Record):
+    """One row of the breakdown: an operator, a collective, or a GEMM overlapped with its collective."""
+
+    layer: str
+    count: int
+    time_s: float  # count × time × pipeline multiplier, per step
+    share: float  # of the step
+    name: str
+    bound: str
+    compute_utilization: float
+    dram_utilization: float
+    config: str
+
+
+@record
+class Breakdown(Record):
+    """Where the step's time, energy and memory go on the busiest device."""
+
+    phase_time_s: float
+    stage_time_s: float
+    bottleneck_stage: int
+    clock_scale: float
+    utilization: Utilization
+    energy_J_per_device: Energy
+    power_w_per_device: float
+    memory_GiB_per_device: MemoryUse
+    operators: tuple[OperatorEntry, ...]
+
+
+@record
+class Report(Record):
+    """The evaluation report of one design point (:meth:`as_dict` gives the JSON form).
+
+    ``breakdown`` is None when the evaluation left it out (``as_dict`` then gives ``{}``); ``search`` holds the
+    best-schedule search's summary when the schedule was searched (key absent otherwise).
+    """
+
+    feasible: bool
+    violations: tuple[str, ...]
+    metrics: Metrics
+    hardware: HardwareSummary
+    schedule: ScheduleSummary
+    scenario: ScenarioSummary
+    breakdown: Breakdown | None = None
+    search: FrozenMap | None = None
+
+    def _keys(self) -> tuple[str, ...]:
+        return self.KEYS if self.search is not None else self.KEYS[:-1]
+
+    def __getitem__(self, key: str):
+        if key in self._KEYSET and (key != "search" or self.search is not None):
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def as_dict(self) -> dict:
+        out = {"feasible": self.feasible, "violations": list(self.violations), "metrics": self.metrics.as_dict(),
+               "hardware": self.hardware.as_dict(), "schedule": self.schedule.as_dict(),
+               "scenario": self.scenario.as_dict(),
+               "breakdown": self.breakdown.as_dict() if self.breakdown is not None else {}}
+        if self.search is not None:
+            out["search"] = self.search.as_dict()
+        return out
+
+    def with_search(self, summary: Mapping) -> Report:
+        """This report with a best-schedule search's summary attached (a new report)."""
+        return dataclasses.replace(self, search=frozen(dict(summary)))
