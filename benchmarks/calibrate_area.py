@@ -1,9 +1,9 @@
-"""Re-derive the area coefficients of models/area.py (run by hand: `python benchmarks/calibrate_area.py`).
+"""Re-derive the area coefficients of models/hardware/area.py (run by hand: `python benchmarks/calibrate_area.py`).
 
 Not a speed benchmark: the calibration behind the area model. The paper's post-synthesis anchors are not public,
 so the per-unit areas are chosen by a linear programme that reproduces every Table 2 PE count at m = n = 4 on
-TMS1 and the NoC anchor of CALIBRATION.md §1 (NoC bandwidth ×0.75 / ×1 / ×2 leaves 9 / 8 / 5 PEs), with the
-largest margin t from every fit / no-fit boundary. Fixed inputs (inferred, see models/area.py): DRAM controller
+TMS1 and the NoC anchor of docs/calibration.md §1 (NoC bandwidth ×0.75 / ×1 / ×2 leaves 9 / 8 / 5 PEs), with the
+largest margin t from every fit / no-fit boundary. Fixed inputs (inferred, see models/hardware/area.py): DRAM controller
 3 mm² per TB/s, 1.5 mm² per connected layer, NoC elasticity α = 0.75. Plausibility bounds: SRAM 0.4–1.0 mm²/MiB
 (7 nm macros), the matrix unit ≥ 50 % of a PE, vector + SFU ≥ 10 %, an SFU op ≥ 2 FP32 lanes, and the operand
 overhead edge k0 = Bk/A ≤ 40.
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linprog
 
-from deepstack.models import area
+from deepstack.models.hardware import area
 
 BUDGET = 100 / (1 + area.AREA_OVERHEAD)
 NAMES = ["A", "Bk", "v", "f", "c", "b1", "b2", "N", "t"]  # per-unit areas, NoC area at 1×, margin
@@ -89,7 +89,7 @@ def main() -> None:
                  "v": area.VECTOR_MM2_PER_FLOP_PER_CYCLE, "f": area.SFU_MM2_PER_OP_PER_CYCLE,
                  "c": area.SRAM_MM2_PER_MiB, "b1": area.L1_MM2_PER_B_PER_CYCLE, "b2": area.L2_MM2_PER_B_PER_CYCLE,
                  "N": area.NOC_BASELINE_MM2}
-    print(f"{'coefficient':12s} {'LP':>12s} {'models/area.py':>15s}")
+    print(f"{'coefficient':12s} {'LP':>12s} {'models/hardware/area.py':>15s}")
     for name in NAMES[:-1]:
         print(f"{name:12s} {result.x[IDX[name]]:12.5g} {committed[name]:15.5g}")
     print(f"margin from every fit/no-fit boundary: {result.x[IDX['t']]:.3f} mm²")

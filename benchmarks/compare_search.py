@@ -30,7 +30,7 @@ SPACE = "small"
 OBJECTIVES = ["stps", "tokens_per_joule"]
 SEEDS = (1, 2, 3)
 SHARES = (0.01, 0.02, 0.05)
-SWEEP_WORKERS = 2  # the 2-core CI machine of DESIGN.md §5
+SWEEP_WORKERS = 2  # the 2-core CI machine
 GOAL_RATIO = 0.98  # the Search issue's goal: ≥ 0.98 of the exhaustive hypervolume with ≤ 2 % of the evaluations
 
 
@@ -60,7 +60,7 @@ def main() -> None:
             trials = max(1, math.ceil(share * swept.evaluations))
             ratios, walls, shares = [], [], []
             for seed in SEEDS:
-                opt._REPORTS.clear()  # a fresh process's cache: no evaluation reused from an earlier study
+                opt.REPORTS.cache_clear()  # a fresh process's cache: no evaluation reused from an earlier study
                 name = f"nsga2-{share:g}-seed{seed}"
                 result = opt.optimize(objectives=OBJECTIVES, space=SPACE, scenario=scenario, sampler="nsga2",
                                       trials=trials, study=name, storage=storage, seed=seed,

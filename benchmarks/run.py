@@ -29,9 +29,10 @@ import numpy as np
 
 from deepstack import catalog
 from deepstack.models import clear_caches, collectives, network
-from deepstack.models.evaluate import DesignPoint, evaluate
-from deepstack.models.schedule_search import best_schedule
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
 from deepstack.schema import Scenario, Schedule
+from deepstack.search.schedules import best_schedule
 
 TARGETS = {"design point memoised (ms)": 2.0, "design point cold (ms)": 50.0, "best-schedule search (s)": 2.0,
            "all-to-all 256 nodes (ms)": 5.0, "sweep points/s (2 processes)": 2000.0,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from deepstack.errors import UserInputError
-from deepstack.models.schedule_search import OBJECTIVES
 from deepstack.search import pareto
+from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.optimize import study_points
-from deepstack.search.sweep import read_sweep
+from deepstack.search.sweep.output import read_sweep
 
 
 def compare(*, study: str, storage: str, sweep_dir: str) -> dict:

@@ -1,13 +1,13 @@
-"""CP-SAT feasibility model (the only module importing OR-Tools; DESIGN.md §5).
+"""CP-SAT feasibility model (the only module importing OR-Tools; docs/architecture.md §5).
 
 Schedules: TP·EP·SP·CP·DP·PP = N is linear over prime exponents — each degree is a divisor of N chosen by an
 index, whose exponent of every prime is looked up with an element constraint, and for each prime the exponents
-add up to N's. The pruning rules of the paper (§4.2.3) and the divisibility rules (DESIGN.md §5) are encoded
+add up to N's. The pruning rules of the paper (§4.2.3) and the divisibility rules (docs/model.md) are encoded
 natively (domains, implications, pairwise products); :func:`enumerate_schedules` lists every solution and is
 cross-checked in the tests against the plain enumeration of :mod:`deepstack.models.parallel`.
 
 Hardware: the area budget is linear over the choices (element lookups of precomputed component areas from
-:mod:`deepstack.models.area`: one PE + L2 + DRAM interface of the n connected layers + NoC at the chosen link
+:mod:`deepstack.models.hardware.area`: one PE + L2 + DRAM interface of the n connected layers + NoC at the chosen link
 bandwidths must fit, so at least one PE fits), m ≤ 10 (§4.2.3), n ≤ m, and memory fit as a table of the
 strategies that fit each DRAM capacity. :meth:`Feasibility.repair` returns the feasible point nearest to a
 proposal (Optuna's), so no evaluation is spent on an infeasible point.
@@ -24,39 +24,16 @@ from ortools.sat.python import cp_model
 
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
-from deepstack.models import area as area_model
 from deepstack.models import memo
-from deepstack.models.parallel import Strategy, feasible_strategies
+from deepstack.models.hardware import area as area_model
+from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.models.parallel.strategies import Strategy, divisors, prime_factors
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint, scaled_network
 
 DIMS = ("tp", "ep", "sp", "cp", "dp", "pp")
 AREA_UNIT_MM2 = 1e-6  # areas become integers in µm²·(1e6 per mm²) for CP-SAT
 SOLVE_SECONDS = 10.0  # a repair takes milliseconds; the limit only guards against pathological inputs
-
-
-def prime_factors(n: int) -> dict[int, int]:
-    out: dict[int, int] = {}
-    p = 2
-    while p * p <= n:
-        while n % p == 0:
-            out[p] = out.get(p, 0) + 1
-            n //= p
-        p += 1
-    if n > 1:
-        out[n] = out.get(n, 0) + 1
-    return out
-
-
-def divisors(n: int) -> list[int]:
-    return sorted(d for d in range(1, n + 1) if n % d == 0) if n <= 1 << 16 else _big_divisors(n)
-
-
-def _big_divisors(n: int) -> list[int]:
-    out = [1]
-    for p, e in prime_factors(n).items():
-        out = [d * p**k for d in out for k in range(e + 1)]
-    return sorted(out)
 
 
 @dataclass
@@ -93,8 +70,8 @@ def _allowed_ep(scenario: Scenario, divs: list[int]) -> list[int]:
 
 def add_schedule(model: cp_model.CpModel, n: int, scenario: Scenario | None) -> _ScheduleVars:
     """Schedule variables for N devices (and the rules of ``scenario`` if given)."""
-    divs = divisors(n)
-    primes = prime_factors(n)
+    divs = list(divisors(n))
+    primes = dict(prime_factors(n))
     index = {d: model.NewIntVar(0, len(divs) - 1, f"{d}_index") for d in DIMS}
     value = {d: model.NewIntVar(1, n, f"{d}") for d in DIMS}
     for d in DIMS:
@@ -165,7 +142,7 @@ class _Collector(cp_model.CpSolverSolutionCallback):
 def enumerate_schedules(n: int, scenario: Scenario | None = None) -> list[Strategy]:
     """Every flat strategy of N devices (passing the rules of ``scenario`` if given), from CP-SAT.
 
-    Enumerates single-worker: with several workers CP-SAT may report a solution twice (DESIGN.md §5).
+    Enumerates single-worker: with several workers CP-SAT may report a solution twice.
     """
     model = cp_model.CpModel()
     vars_ = add_schedule(model, n, scenario)
@@ -392,11 +369,12 @@ def _distance(model, var, target: int, bound: int):
 
 
 def nearest_feasible(space: DesignSpace, scenario: Scenario, proposal: Proposal) -> Proposal:
-    return _feasibility(space, scenario).repair(proposal)
+    return feasibility_of(space, scenario).repair(proposal)
 
 
 @memo.cached(maxsize=16)
-def _feasibility(space: DesignSpace, scenario: Scenario) -> Feasibility:
+def feasibility_of(space: DesignSpace, scenario: Scenario) -> Feasibility:
+    """The feasibility model of a space and scenario, built once per process (building it solves tables)."""
     return Feasibility(space, scenario)
 
 

@@ -1,4 +1,4 @@
-"""Multi-objective search with Optuna (the only module importing optuna; DESIGN.md §5).
+"""Multi-objective search with Optuna (the only module importing optuna; docs/architecture.md §5).
 
 A trial proposes a hardware point and a schedule; CP-SAT repairs it to the nearest feasible point (area,
 stacking, memory, pruning rules), so every evaluated trial is feasible by construction; thermal limits, known
@@ -10,11 +10,10 @@ trial (each trial commits on completion, and heartbeats let a later run fail a k
 from __future__ import annotations
 
 import contextlib
-import csv
 import datetime
+import importlib.util
 import json
 import math
-import multiprocessing
 import sqlite3
 import time
 import warnings
@@ -26,14 +25,15 @@ import numpy as np
 import optuna
 
 from deepstack.errors import UserInputError
-from deepstack.models import tune_gc
+from deepstack.models import memo, tune_gc
 from deepstack.models.evaluate import evaluate
-from deepstack.models.parallel import Strategy
-from deepstack.models.schedule_search import OBJECTIVES
+from deepstack.models.parallel.strategies import Strategy, divisors
 from deepstack.schema import DesignSpace, Scenario
-from deepstack.search import pareto
-from deepstack.search.feasibility import DIMS, Proposal, _feasibility, divisors
+from deepstack.search import executor
+from deepstack.search.feasibility import DIMS, Proposal, feasibility_of
+from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.space import HardwarePoint, design_point, load_space, scenarios
+from deepstack.search.study_front import pareto_front, write_front
 
 SAMPLERS = ("nsga2", "tpe")
 # heartbeats and fail_stale_trials are marked experimental in Optuna 5 but are the documented recovery path
@@ -63,6 +63,8 @@ def default_storage(study: str) -> str:
 
 def open_storage(url: str):
     """An Optuna storage for ``url``: SQLite/PostgreSQL (RDB, with heartbeats) or ``journal:PATH``."""
+    if url.startswith("postgres") and importlib.util.find_spec("psycopg") is None:
+        raise UserInputError('--storage: a PostgreSQL URL needs psycopg: pip install "deepstack-dse[postgres]"')
     try:
         if url.startswith("journal:") or url.endswith((".log", ".journal")):
             path = url.removeprefix("journal:")
@@ -72,7 +74,7 @@ def open_storage(url: str):
             path = Path(url.removeprefix("sqlite:///"))
             path.parent.mkdir(parents=True, exist_ok=True)
             # write-ahead logging (persistent in the file): readers never block the writer, and each trial's
-            # commit is cheaper (DESIGN.md §5: ~60 → ~36 ms per trial)
+            # commit is cheaper (~60 → ~36 ms per trial)
             with contextlib.closing(sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S)) as connection:
                 connection.execute("PRAGMA journal_mode=WAL")
             kwargs = {"connect_args": {"timeout": SQLITE_TIMEOUT_S}}
@@ -127,7 +129,7 @@ class Problem:
 
     @property
     def feasibility(self):
-        return _feasibility(self.space, self.scenario)
+        return feasibility_of(self.space, self.scenario)
 
 
 def _suggest(trial: optuna.trial.Trial, problem: Problem) -> Proposal:
@@ -157,18 +159,20 @@ def _noc_levels(noc: str) -> int:
     return len(catalog.load("nocs", noc).levels)
 
 
-_REPORTS: dict = {}  # repaired point → report, per process (NSGA-II revisits points)
+REPORTS = memo.Table("search.optimize.reports", maxsize=4096, lru=True)  # (problem, repaired point) → report
+"""Reports of the points this process evaluated: NSGA-II revisits points, and repair maps many proposals to one."""
 
 
 def evaluate_proposal(problem: Problem, proposal: Proposal) -> tuple[Proposal, dict]:
     """Repair (CP-SAT) then evaluate; returns the evaluated point and its report."""
     repaired = problem.feasibility.repair(proposal)
     key = (problem, repaired)
-    if key not in _REPORTS:
+    report = REPORTS.lookup(key)
+    if report is None:
         point = design_point(problem.space, repaired.hardware, problem.scenario, repaired.strategy.to_schedule())
         report = evaluate(point, with_ttft="ttft" in problem.objectives).as_dict()
-        _REPORTS[key] = report
-    return repaired, _REPORTS[key]
+        REPORTS.put(key, report)
+    return repaired, report
 
 
 def _objective(problem: Problem):
@@ -322,80 +326,13 @@ def _completed(study) -> int:
 
 def _run_workers(problem, storage_url, study, space, sampler, seed, trials, workers, the_study, before, progress):
     shares = [trials // workers + (1 if i < trials % workers else 0) for i in range(workers)]
-    context = multiprocessing.get_context("spawn")
-    args = [(storage_url, study, space, problem.scenario.model_dump_json(), list(problem.objectives), sampler,
-             None if seed is None else seed + i, share) for i, share in enumerate(shares) if share]
-    processes = [context.Process(target=_worker, args=(a,)) for a in args]
-    for p in processes:
-        p.start()
-    while any(p.is_alive() for p in processes):
-        if progress:
-            progress(_completed(the_study) - before, trials)
-        time.sleep(0.5)
-    for p in processes:
-        p.join()
-    failed = [p.exitcode for p in processes if p.exitcode]
+    args = [((storage_url, study, space, problem.scenario.model_dump_json(), list(problem.objectives), sampler,
+              None if seed is None else seed + i, share),) for i, share in enumerate(shares) if share]
+    report = (lambda: progress(_completed(the_study) - before, trials)) if progress else None
+    failed = [code for code in executor.run_spawned(_worker, args, report) if code]
     if failed:
         raise UserInputError(f"--workers: {len(failed)} worker(s) failed (exit codes {failed}); completed trials "
                              "are kept in the study, re-run to finish")
-
-
-def pareto_front(study, objectives: list[str]) -> list[dict]:
-    """Thermally feasible, completed trials that no other dominates (each with its design and metrics)."""
-    rows = []
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if any(c > 0 for c in (t.constraints or {}).values()) or t.values is None:
-            continue
-        rows.append(t)
-    if not rows:
-        return []
-    values = np.array([t.values for t in rows], dtype=float)
-    mask = pareto.nondominated_mask(values, objectives)
-    front = []
-    seen = set()
-    for t, keep in zip(rows, mask, strict=True):
-        design = t.user_attrs.get("design", {})
-        key = json.dumps(design, sort_keys=True)
-        if not keep or key in seen:
-            continue
-        seen.add(key)
-        front.append({**{o: v for o, v in zip(objectives, t.values, strict=True)}, "trial": t.number, **design})
-    return sorted(front, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
-
-
-def write_front(front: list[dict], study, objectives: list[str], out: Path, name: str) -> dict[str, str]:
-    out.mkdir(parents=True, exist_ok=True)
-    base = out / f"{name}.pareto"
-    files = {"csv": str(base) + ".csv", "json": str(base) + ".json", "html": str(base) + ".html"}
-    with open(files["json"], "w") as fh:
-        json.dump({"study": name, "objectives": objectives, "pareto": front}, fh, indent=2, default=str)
-    columns = list(front[0]) if front else objectives
-    with open(files["csv"], "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        for row in front:
-            writer.writerow({k: (json.dumps(v) if isinstance(v, list | dict) else v) for k, v in row.items()})
-    _plot(study, front, objectives, files["html"])
-    return files
-
-
-def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:
-    import plotly.graph_objects as go
-
-    trials = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))]
-    x_name, y_name = objectives[0], objectives[1] if len(objectives) > 1 else objectives[0]
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(
-        x=[t.values[0] for t in trials], y=[t.values[1 if len(objectives) > 1 else 0] for t in trials],
-        mode="markers", name="trials", marker={"color": "lightgray"},
-        text=[json.dumps(t.user_attrs.get("design", {})) for t in trials]))
-    fig.add_trace(go.Scatter(
-        x=[r[x_name] for r in front], y=[r[y_name] for r in front], mode="markers+lines", name="Pareto front",
-        text=[f"{r.get('chip')}/{r.get('noc')} m{r.get('stacked_layers')}n{r.get('connected_layers')} "
-              f"{r.get('schedule')}" for r in front]))
-    fig.update_layout(title=f"{study.study_name}: {x_name} vs {y_name}", xaxis_title=x_name, yaxis_title=y_name)
-    with contextlib.suppress(OSError):
-        fig.write_html(path, include_plotlyjs=True)  # self-contained: readable offline
 
 
 def study_points(storage: str, study: str) -> tuple[list[str], np.ndarray, int, float]:

@@ -1,10 +1,10 @@
-"""Pareto fronts and hypervolume (moocore behind one small helper; DESIGN.md §5)."""
+"""Pareto fronts and hypervolume (moocore behind one small helper; docs/architecture.md §5)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from deepstack.models.schedule_search import OBJECTIVES
+from deepstack.search.objectives import OBJECTIVES
 
 
 def metric_key(objective: str) -> str:

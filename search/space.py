@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,9 +9,9 @@ from pathlib import Path
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.models import memo
-from deepstack.models.evaluate import DesignPoint
-from deepstack.models.parallel import enumerate_strategies
-from deepstack.schema import DesignSpace, Network, Scenario, Schedule, load_file, validate
+from deepstack.models.design import DesignPoint
+from deepstack.models.parallel.strategies import enumerate_strategies
+from deepstack.schema import DesignSpace, Network, Scenario, Schedule, build_scenario, load_file
 from deepstack.schema.hardware import ChipArchitecture
 
 MAX_USEFUL_LAYERS = 10  # paper §4.2.3: m > 10 is Pareto-dominated (pruned before any evaluation)
@@ -26,7 +25,7 @@ def space_names() -> tuple[str, ...]:
     return tuple(sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")))
 
 
-@functools.cache
+@memo.cached(maxsize=64)
 def load_space(value: str | None) -> DesignSpace:
     """A design space by name (``default``, ``paper``, …) or path; ``None`` is the embedded default."""
     value = (value or "default").strip()
@@ -78,18 +77,12 @@ class HardwarePoint:
 
 
 def scenarios(space: DesignSpace) -> list[Scenario]:
+    """Every scenario of a space's axes (models × phases × batches × sequence lengths)."""
     axes = space.scenarios
-    out = []
-    for model in axes.models:
-        for phase in axes.phases:
-            for batch in axes.batches:
-                for input_len, output_len in axes.sequence_lengths:
-                    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len,
-                            "output_len": output_len}
-                    if axes.precision:
-                        data["precision"] = axes.precision
-                    out.append(validate(Scenario, data, origin=f"space {space.name} scenario"))
-    return out
+    return [build_scenario(model, phase, batch, input_len, output_len, axes.precision,
+                           origin=f"space {space.name} scenario")
+            for model in axes.models for phase in axes.phases for batch in axes.batches
+            for input_len, output_len in axes.sequence_lengths]
 
 
 def stacking_pairs(space: DesignSpace, chip: ChipArchitecture, prune: bool = True) -> list[tuple]:

@@ -1,5 +1,5 @@
 """`deepstack optimize`: the Pareto front, resuming studies (also after SIGKILL), several workers, feasibility of
-every trial, and bad input that never touches an existing study (search/optimize.py; DESIGN.md §5, §6).
+every trial, and bad input that never touches an existing study (search/optimize.py; docs/architecture.md §5).
 
 Every command runs in a temporary folder (so ``studies/`` lands there). The default space's trials cost about a
 second each (DeepSeek-V3 on 256 devices), so one 40-trial study is shared by the tests that need that space; the
@@ -22,8 +22,9 @@ import optuna
 import pytest
 from conftest import assert_user_error, run_in_process
 
-from deepstack.search.optimize import pareto_front, study_points
+from deepstack.search.optimize import study_points
 from deepstack.search.space import SPACES_DIR
+from deepstack.search.study_front import pareto_front
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 RUNNING = optuna.trial.TrialState.RUNNING

@@ -1,5 +1,5 @@
 """The search layer below Optuna: design spaces, CP-SAT enumeration and repair, sweeps, compare, dashboard
-(search/space.py, feasibility.py, sweep.py, compare.py, dashboard.py; DESIGN.md §5).
+(search/space.py, feasibility.py, sweep/, compare.py, dashboard.py; docs/architecture.md §5).
 
 Optuna studies themselves (resume, kill, workers, bad input) are in test_optimize.py. Commands that write study
 or sweep files run in temporary folders, never in the repository.
@@ -30,8 +30,9 @@ from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
-from deepstack.models.device import resolve_device
-from deepstack.models.parallel import Strategy, enumerate_strategies, feasible_strategies, fits, prune_reason
+from deepstack.models.hardware.device import resolve_device
+from deepstack.models.parallel.memory import feasible_strategies, fits
+from deepstack.models.parallel.strategies import Strategy, enumerate_strategies, prune_reason
 from deepstack.schema import Scenario
 from deepstack.search import dashboard, pareto
 from deepstack.search.feasibility import Feasibility, Proposal, enumerate_schedules
@@ -156,7 +157,7 @@ def _as_tuples(strategies) -> list[tuple]:
 @pytest.mark.parametrize("n", [8, 12, 64, 256])
 def test_cp_sat_enumeration_equals_brute_force(n):
     found = _as_tuples(enumerate_schedules(n))
-    assert len(found) == len(set(found))  # single-worker enumeration: no duplicates (DESIGN.md §5)
+    assert len(found) == len(set(found))  # single-worker enumeration: no duplicates
     assert set(found) == set(_as_tuples(enumerate_strategies(n))) == _brute_force(n)
     assert all(math.prod(t[:6]) == n for t in found)
 
@@ -510,7 +511,7 @@ def test_dashboard_user_error_is_one_line(cli, tmp_path):
 
 def test_sweep_chunks_depend_on_the_tier_size_only():
     """A resumed sweep must cut its tiers as the interrupted one did, whatever the worker count."""
-    from deepstack.search.sweep import CHUNK_POINTS, MIN_CHUNKS, chunk_points
+    from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, chunk_points
 
     assert chunk_points(1) == 1 and chunk_points(MIN_CHUNKS) == 1
     assert chunk_points(MIN_CHUNKS + 1) == 2

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_run_record, assert_user_error
 
-from deepstack.search.studies.hardware import EVALUATED, share_above
+from deepstack.search.studies.cells import EVALUATED
+from deepstack.search.studies.temperatures import share_above
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 LAYER_BW_GBps = 409.375  # standard chip: one connected layer's TSV bandwidth (catalog, from paper Table 2 notes)

@@ -1,4 +1,5 @@
-"""The sweep's local worker pool and the order it hands points to workers (search/sweep.py)."""
+"""The sweep's local worker pool (search/executor.py) and the order it hands points to workers
+(search/sweep/points.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ import itertools
 import os
 import time
 
-from deepstack.search import sweep
+from deepstack.search import executor
 from deepstack.search.space import base_points, load_space, with_level_bw
+from deepstack.search.sweep.points import affinity_order, device_of
 
 
 def _pid_and_square(chunk: list[int]) -> tuple[list[tuple[int, int]], str]:
@@ -21,7 +23,7 @@ def _pid_and_square(chunk: list[int]) -> tuple[list[tuple[int, int]], str]:
 
 def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
     tiers: list[dict[int, list]] = []
-    with sweep._local_session(2) as run:
+    with executor.local_session(2) as run:
         for _ in range(2):  # two tiers through the same pool
             finished: dict[int, list] = {}
 
@@ -46,18 +48,31 @@ def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
     assert pids(tiers[1], range(6)) == workers
 
 
+def _pid_and_cube(x: int) -> tuple[int, int]:
+    return os.getpid(), x**3
+
+
+def test_map_in_order_keeps_the_tasks_order_on_worker_processes_and_runs_in_process_for_one_worker():
+    tasks = list(range(20))
+    pooled = executor.map_in_order(_pid_and_cube, tasks, workers=2)
+    assert [cube for _, cube in pooled] == [x**3 for x in tasks]
+    assert os.getpid() not in {pid for pid, _ in pooled}
+    alone = executor.map_in_order(_pid_and_cube, tasks, workers=1)
+    assert alone == [(os.getpid(), x**3) for x in tasks]
+
+
 def test_affinity_order_puts_points_that_time_alike_next_to_each_other():
     space = load_space("paper")
     base = next(p for p in base_points(space) if p.chip == "standard" and p.noc == "tms1"
                 and p.stacked_layers == 6 and p.connected_layers == 2)
     variants = [with_level_bw(base, scales)
                 for scales in itertools.product(space.hardware.level_bw_scale, repeat=3)]
-    ordered = sweep._affinity_order(space, variants)
+    ordered = affinity_order(space, variants)
     assert sorted(ordered, key=repr) == sorted(variants, key=repr)
-    pes = [sweep._device(space, p).pes for p in ordered]
+    pes = [device_of(space, p).pes for p in ordered]
     assert len(set(pes)) > 1, "every variant has the same PE count: the ordering would prove nothing"
     assert pes == sorted(pes)  # one contiguous run per device
     # within a device the tier's own order stays (a resumed sweep lists a tier's points in the same order)
     for count in set(pes):
-        assert [p for p in ordered if sweep._device(space, p).pes == count] == [
-            p for p in variants if sweep._device(space, p).pes == count]
+        assert [p for p in ordered if device_of(space, p).pes == count] == [
+            p for p in variants if device_of(space, p).pes == count]

@@ -15,14 +15,12 @@ tables. A present ``run.json`` therefore means a finished run; ``deepstack study
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import datetime as dt
 import importlib
 import json
 import math
 import numbers
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,8 +29,10 @@ from typing import Any
 
 from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
+from deepstack.search.files import write_text_atomically
 
-RUNNER_MODULES = ("hardware", "system", "search_studies")
+RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
+                  "fronts")
 RUN_RECORD = "run.json"  # written last by run_study: its presence means the run finished
 RUN_RECORD_VERSION = 1
 _RUNNERS: dict[str, Callable[[StudyContext], None]] = {}
@@ -192,18 +192,6 @@ def _json(value: Any, indent: str = "") -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False)
 
 
-def _write_json_atomically(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(_json(data) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
 def utc_now() -> str:
     """Now, in UTC, as ISO 8601 to the second."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -225,12 +213,12 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False) -> 
     started_at, started = utc_now(), time.perf_counter()
     available[recipe.runner](context)
     wall_s = time.perf_counter() - started
-    _write_json_atomically(record_path, {
+    write_text_atomically(record_path, _json({
         "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
         "question": recipe.question, "parameters": _jsonable(params), "started_at": started_at,
         "finished_at": utc_now(), "wall_s": wall_s, "rows": context.rows_written,
         "files": [Path(f).relative_to(folder).as_posix() for f in dict.fromkeys(context.files)],
         "tables": context.tables,
-    })
+    }) + "\n")
     return {"study": recipe.name, "runner": recipe.runner, "quick": quick, "out": str(folder),
             "files": context.files, "rows": context.rows_written, "wall_s": wall_s, "record": str(record_path)}

@@ -1,24 +1,23 @@
-"""Shared pieces of the study runners: scenarios from parameters, design points, best-schedule evaluation."""
+"""Shared pieces of the study runners: scenarios from parameters, design points, best-schedule evaluation,
+preset references and figure axes."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
 from deepstack.models import memo
-from deepstack.models.evaluate import DesignPoint, Report, evaluate
-from deepstack.models.schedule_search import OBJECTIVES, best_schedule
-from deepstack.schema import Scenario, Schedule, SramOption, validate
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.models.results import Report
+from deepstack.schema import Scenario, Schedule, SramOption, build_scenario
+from deepstack.search.objectives import OBJECTIVES
+from deepstack.search.schedules import best_schedule
 from deepstack.search.space import scaled_network
+from deepstack.search.studies import StudyContext
 
 PHASES = ("prefill", "decode")
-
-
-def scenario(model: str, phase: str, batch: int, input_len: int = 1024, output_len: int = 1024,
-             precision: str | None = None) -> Scenario:
-    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len, "output_len": output_len}
-    if precision:
-        data["precision"] = precision
-    return validate(Scenario, data, origin="study scenario")
 
 
 def point(chip: str, sc: Scenario, noc: str | None = None, stacked_layers: int | None = None,
@@ -47,7 +46,7 @@ def best(design: DesignPoint, objective: str = "stps") -> Report | None:
     except UserInputError:
         return None  # e.g. no PE fits the area budget at this stacking
     report = search.best
-    report.search = search.summary()
+    report = report.with_search(search.summary())
     return report
 
 
@@ -68,3 +67,27 @@ def row(report: Report, **extra) -> dict:
     out.update({k: v for k, v in report.metrics.items()})
     out["violations"] = "; ".join(report.violations)
     return out
+
+
+def scenario_of(ctx: StudyContext, model: str, phase: str, batch: int) -> Scenario:
+    """The scenario of a recipe's model, phase and batch, with its ``input_len``, ``output_len`` and ``precision``
+    parameters (1024, 1024 and the model's default when absent)."""
+    return build_scenario(model, phase, batch, ctx.param("input_len", 1024), ctx.param("output_len", 1024),
+                          ctx.params.get("precision"), origin="study scenario")
+
+
+def preset_ref(ctx: StudyContext, ref: str) -> str:
+    """A preset name, or the absolute path of a recipe-relative file (one spelling per file)."""
+    resolved = ctx.path(ref)
+    return str(Path(resolved).resolve()) if resolved != ref or Path(ref).is_absolute() else ref
+
+
+def subplots(count: int, width: float = 6.0, height: float = 4.8):
+    """A row of ``count`` matplotlib axes on the non-interactive backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, count, figsize=(width * count, height), squeeze=False)
+    return fig, list(axes[0])

@@ -9,7 +9,6 @@ Markdown page from them alone — no number on the page is typed by hand. A reci
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -20,6 +19,7 @@ from typing import Any
 
 from deepstack.errors import UserInputError
 from deepstack.schema import load_file
+from deepstack.search.files import write_text_atomically
 from deepstack.search.studies import RUN_RECORD, markdown_table, utc_now
 
 DEFAULT_RECIPES = "studies"
@@ -221,17 +221,6 @@ def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, genera
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-
-
 def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
                  to: str | Path = DEFAULT_PAGE, quick: bool = False) -> dict[str, Any]:
     """Write the results page ``to`` from the run records under ``out_root``; returns what it wrote."""
@@ -243,7 +232,7 @@ def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = D
     text = render(runs, page, out_root, quick, generated_at)
     try:
         page.parent.mkdir(parents=True, exist_ok=True)
-        _write_text_atomically(page, text)
+        write_text_atomically(page, text)
     except OSError as exc:
         raise UserInputError(f"--to {page}: cannot write it ({exc.strerror or exc})") from None
     return {

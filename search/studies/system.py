@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepstack.models.device import resolve_device
-from deepstack.models.evaluate import DesignPoint, evaluate
-from deepstack.models.parallel import feasible_strategies
+from deepstack.models.design import DesignPoint
+from deepstack.models.hardware.device import resolve_device
+from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.schema import build_scenario
+from deepstack.search.schedules import evaluate_schedules
 from deepstack.search.studies import StudyContext, figure, runner
-from deepstack.search.studies.common import point, scenario
+from deepstack.search.studies.common import point
 
 
 @runner("strategy_histogram")
 def strategy_histogram(ctx: StudyContext) -> None:
     """How many strategies reach each STPS level on one hardware point (paper Fig. 3)."""
-    sc = scenario(ctx.param("model"), ctx.param("phase"), ctx.param("batch"), ctx.param("input_len", 1024),
-                  ctx.param("output_len", 1024))
+    sc = build_scenario(ctx.param("model"), ctx.param("phase"), ctx.param("batch"), ctx.param("input_len", 1024),
+                        ctx.param("output_len", 1024), origin="study scenario")
     chip, noc = ctx.param("chip"), ctx.path(ctx.param("noc"))
     m = ctx.param("stacked_layers", 4)
     n = ctx.param("connected_layers", m)
@@ -23,11 +25,10 @@ def strategy_histogram(ctx: StudyContext) -> None:
     dev = resolve_device(base.chip, base.stacked_layers, base.connected_layers, base.network)
     kept, pruned = feasible_strategies(sc, base.devices, dev.dram.capacity_B)
     limit = ctx.param("max_strategies", len(kept))
-    rows = []
-    for strategy in kept[:limit]:
-        report = evaluate(DesignPoint(**{**base.__dict__, "schedule": strategy.to_schedule()}), with_ttft=False)
-        rows.append({"schedule": strategy.label, "fsdp": strategy.fsdp, "feasible": report.feasible,
-                     **report.metrics})
+    strategies = kept[:limit]
+    evaluated = evaluate_schedules(base, [strategy.to_schedule() for strategy in strategies])
+    rows = [{"schedule": strategy.label, "fsdp": strategy.fsdp, "feasible": report.feasible, **report.metrics}
+            for strategy, (_, report) in zip(strategies, evaluated, strict=True)]
     ctx.write_csv("points.csv", rows)
     stps = np.array([r["stps"] for r in rows])
     fig, ax = figure()

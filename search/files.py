@@ -1,0 +1,19 @@
+"""Writing result files so that a killed run leaves either the whole file or the previous one, never half."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file in the same folder and a rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise

@@ -1,0 +1,88 @@
+"""Every feasible schedule of a hardware point, evaluated: the one engine behind the best-schedule search
+(``deepstack evaluate`` without ``--parallel``, paper §3.1, §4.2.3), the sweeps (one hardware point per task)
+and the study runners (which add per-module and fixed-collective schedules to the flat ones).
+
+:func:`evaluate_schedules` is the shared core: a hardware point once per schedule, prepared together (every
+GEMM of every schedule tuned in one batch per device, the network's routes planned once), each evaluated in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from deepstack.errors import InfeasibleError
+from deepstack.models import network
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.models.hardware.device import resolve_device
+from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.models.parallel.strategies import enumerate_strategies
+from deepstack.models.pipeline import prepare_phases
+from deepstack.models.results import Report
+from deepstack.schema import Schedule
+from deepstack.search.objectives import OBJECTIVES, score
+
+TOP_REPORTED = 5
+
+
+def with_schedules(point: DesignPoint, schedules: Iterable[Schedule]) -> list[DesignPoint]:
+    """``point`` once per schedule, ready to evaluate: the phases' GEMMs tuned in one batch per device and the
+    network's routes planned (every schedule's collectives run on it)."""
+    candidates = [dataclasses.replace(point, schedule=schedule) for schedule in schedules]
+    prepare_phases(candidates)
+    if point.network is not None:
+        network.prepare(point.network)
+    return candidates
+
+
+def evaluate_schedules(point: DesignPoint, schedules: Iterable[Schedule], *, with_ttft: bool = False,
+                       breakdown: bool = False) -> list[tuple[DesignPoint, Report]]:
+    """Each schedule on ``point``'s hardware, evaluated: (design point, report) pairs in the schedules' order."""
+    return [(candidate, evaluate(candidate, with_ttft=with_ttft, breakdown=breakdown))
+            for candidate in with_schedules(point, schedules)]
+
+
+@dataclass
+class ScheduleSearch:
+    """The outcome of :func:`best_schedule`: the best report (with TTFT and breakdown), how many strategies N
+    devices have, how many were evaluated, how many each pruning rule removed, and the ranking by the
+    objective (the best few, and all of them in ``ranking_all``)."""
+
+    best: Report
+    considered: int
+    evaluated: int
+    pruned: dict[str, int]
+    ranking: list[dict]  # the best few: schedule text and their objective values
+
+    def summary(self) -> dict:
+        return {"strategies": self.considered, "evaluated": self.evaluated, "pruned": self.pruned,
+                "feasible_after_evaluation": sum(1 for r in self.ranking_all if r["feasible"]),
+                "top": self.ranking}
+
+    ranking_all: list[dict] | None = None
+
+
+def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch:
+    """Evaluate every strategy that survives the pruning rules and the memory check; return the best report
+    (thermally feasible ones first) with the search statistics. Raises InfeasibleError if none fits."""
+    devices = point.devices
+    dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
+                         point.noc_bw_scale)
+    kept, pruned = feasible_strategies(point.scenario, devices, dev.dram.capacity_B)
+    if not kept:
+        raise InfeasibleError(
+            f"no schedule of {devices} devices fits: {dict(pruned)} strategies pruned by rule "
+            f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
+        )
+    schedules = [strategy.to_schedule().model_copy(update={"collectives": point.schedule.collectives})
+                 for strategy in kept]
+    evaluated = [(report, candidate) for candidate, report in evaluate_schedules(point, schedules)]
+    evaluated.sort(key=lambda item: (item[0].feasible, score(item[0].metrics, objective)), reverse=True)
+    results = [report for report, _ in evaluated]
+    best = evaluate(evaluated[0][1], with_ttft=True)
+    key = OBJECTIVES[objective][0]
+    ranking = [{"schedule": r.schedule["text"], "feasible": r.feasible, key: r.metrics[key]} for r in results]
+    return ScheduleSearch(best=best, considered=len(enumerate_strategies(devices)), evaluated=len(results),
+                          pruned=dict(pruned), ranking=ranking[:TOP_REPORTED], ranking_all=ranking)

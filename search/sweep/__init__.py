@@ -1,0 +1,163 @@
+"""Exhaustive and hierarchical sweeps (paper §4.2.3) on a local process pool or Dask.
+
+* ``exhaustive``: every feasible hardware point of a (small) space × every schedule that fits it.
+* ``hierarchical``: tier 1 evaluates every chip × NoC × stacking × SRAM point at nominal NoC latency and
+  bandwidth, each with all its schedules; the best 5 % (by the first objective) go on to the hop-latency sweep,
+  and the best 5 % of that tier to per-level bandwidth tuning. Every tier re-searches the schedules, because
+  schedule and hardware are coupled (paper §5.6).
+
+A sweep writes ``points.csv`` (every evaluation), ``pareto.csv``/``pareto.json`` (the non-dominated feasible
+points) and ``summary.json`` to its output folder (:mod:`.output`). Each hardware point is evaluated by
+:mod:`.points`, tiers are cut into resumable chunks by :mod:`.chunks`, and chunks run on an executor
+(:mod:`deepstack.search.executor`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from deepstack import catalog
+from deepstack.errors import UserInputError
+from deepstack.schema import DesignSpace, Scenario
+from deepstack.search import executor
+from deepstack.search.objectives import score
+from deepstack.search.space import (
+    HardwarePoint,
+    base_points,
+    load_space,
+    with_hop_latency,
+    with_level_bw,
+)
+from deepstack.search.sweep import output
+from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, run_tier
+from deepstack.search.sweep.points import SweepTask, affinity_order
+
+MODES = ("hierarchical", "exhaustive")
+BACKENDS = ("local", "dask")
+PROMOTED_SHARE = 0.05  # paper §4.2.3: the top 5 % of a tier advance to the next
+
+
+@dataclass
+class SweepResult:
+    mode: str
+    evaluations: int
+    hardware_points: int
+    wall_s: float
+    out: str
+    objectives: list[str]
+    pareto: list[dict]
+    tiers: list[dict]
+
+
+def _hop_points(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
+    return [with_hop_latency(p, s) for p in points for s in space.hardware.hop_latency_scale if s != 1.0]
+
+
+def _bw_points(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
+    out = []
+    for p in points:
+        levels = len(catalog.load("nocs", p.noc).levels)
+        for scales in itertools.product(space.hardware.level_bw_scale, repeat=levels):
+            if any(s != 1.0 for s in scales):
+                out.append(with_level_bw(p, scales))
+    return out
+
+
+def all_points(space: DesignSpace) -> list[HardwarePoint]:
+    """The whole hardware grid: base points × hop latencies × per-level bandwidths."""
+    out = []
+    for p in base_points(space):
+        for hop in space.hardware.hop_latency_scale:
+            levels = len(catalog.load("nocs", p.noc).levels)
+            for scales in itertools.product(space.hardware.level_bw_scale, repeat=levels):
+                out.append(with_level_bw(with_hop_latency(p, hop), scales))
+    return out
+
+
+def _best_per_hardware(rows: list[dict], objective: str) -> dict[str, dict]:
+    best: dict[str, dict] = {}
+    for row in rows:
+        if not row["feasible"]:
+            continue
+        label = json.dumps([row[k] for k in output.HARDWARE_COLUMNS])
+        value = score(row, objective)
+        if label not in best or value > best[label]["_score"]:
+            best[label] = {**row, "_score": value}
+    return best
+
+
+def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) -> list[HardwarePoint]:
+    best = sorted(_best_per_hardware(rows, objective).values(), key=lambda r: -r["_score"])
+    keep = best[: max(1, math.ceil(len(best) * share))] if best else []
+    return [HardwarePoint(r["chip"], r["noc"], r["stacked_layers"], r["connected_layers"], r["sram"],
+                          r["hop_latency_scale"], tuple(r["level_bw_scales"])) for r in keep]
+
+
+def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
+          workers: int | None = None, with_ttft: bool = False, backend: str = "local",
+          scheduler: str | None = None) -> SweepResult:
+    """Run (or resume) a sweep of ``space`` for ``scenario`` and write its files to ``out``."""
+    if mode not in MODES:
+        raise UserInputError(f"--mode: must be one of {', '.join(MODES)} (got {mode!r})")
+    if backend not in BACKENDS:
+        raise UserInputError(f"--backend: must be one of {', '.join(BACKENDS)} (got {backend!r})")
+    if scheduler and backend != "dask":
+        raise UserInputError("--scheduler: only with --backend dask")
+    workers = workers or min(os.cpu_count() or 1, 2)
+    if not 1 <= workers <= 256:
+        raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
+    design_space = load_space(space)
+    space_ref = space or "default"
+    fingerprint = json.dumps({"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
+                              "space": design_space.model_dump(mode="json"),
+                              "scenario": scenario.model_dump(mode="json"), "objectives": objectives,
+                              "ttft": with_ttft}, sort_keys=True)
+    log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
+    started = time.perf_counter()
+    with executor.chunk_runner(backend, workers, scheduler) as run_chunks:
+        return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
+                            started)
+
+
+def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
+                 started) -> SweepResult:
+    def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
+        return run_tier(name, tasks(points), log, run_chunks)
+
+    def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
+        return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft)
+                for p in affinity_order(design_space, points)]
+
+    tiers = []
+    if mode == "exhaustive":
+        points = all_points(design_space)
+        rows = _tier("all", points)
+        tiers.append({"tier": "all", "hardware_points": len(points), "evaluations": len(rows)})
+    else:
+        tier1 = base_points(design_space)
+        rows = _tier("tier1", tier1)
+        tiers.append({"tier": "1: chip × NoC × stacking × SRAM", "hardware_points": len(tier1),
+                      "evaluations": len(rows)})
+        promoted = _promote(rows, objectives[0])
+        tier2 = _hop_points(design_space, promoted)
+        rows2 = _tier("tier2", tier2)
+        tiers.append({"tier": "2: hop latency", "hardware_points": len(tier2), "evaluations": len(rows2)})
+        rows += rows2
+        promoted = _promote(rows, objectives[0])
+        tier3 = _bw_points(design_space, promoted)
+        rows3 = _tier("tier3", tier3)
+        tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3)})
+        rows += rows3
+    wall = time.perf_counter() - started
+    front = output.front(rows, objectives)
+    result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers), wall, out, objectives, front,
+                         tiers)
+    output.write(result, rows, scenario, design_space)
+    return result

@@ -1,0 +1,79 @@
+"""A tier of a sweep cut into chunks (the unit of scheduling, progress and resumption), and the log of the
+finished ones that lets a re-run resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from deepstack.errors import UserInputError
+from deepstack.search.files import write_text_atomically
+from deepstack.search.sweep.points import SweepTask, evaluate_chunk
+
+CHUNK_POINTS = 8  # at most this many hardware points per chunk: the unit of scheduling, progress and resumption
+MIN_CHUNKS = 64  # a tier is cut into at least this many chunks (when it has the points) so workers stay balanced
+
+
+def chunk_points(tasks: int) -> int:
+    """Hardware points per chunk of a tier: a pure function of the tier's size (never of the worker count), so
+    a resumed sweep cuts its tiers exactly as the interrupted one did."""
+    return max(1, min(CHUNK_POINTS, math.ceil(tasks / MIN_CHUNKS)))
+
+
+class ChunkLog:
+    """Finished chunks of a sweep, one JSON-lines file each in ``<out>/chunks/`` (written atomically), so a
+    re-run resumes after the last finished chunk and never evaluates a finished one twice."""
+
+    def __init__(self, out: Path, fingerprint: str):
+        self.folder = out / "chunks"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stamp = out / "sweep.json"
+        if stamp.exists():
+            previous = json.loads(stamp.read_text()).get("fingerprint")
+            if previous != fingerprint:
+                raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
+                                     "objectives); give a new --out folder")
+        else:
+            stamp.write_text(json.dumps({"fingerprint": fingerprint}))
+
+    def path(self, tier: str, index: int) -> Path:
+        return self.folder / f"{tier}-{index:05d}.jsonl"
+
+    def load(self, tier: str, index: int) -> list[dict] | None:
+        path = self.path(tier, index)
+        if not path.exists():
+            return None
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def save(self, tier: str, index: int, lines: str) -> None:
+        """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`). Atomic: a killed sweep
+        leaves either the whole chunk or none of it."""
+        write_text_atomically(self.path(tier, index), lines)
+        with open(self.folder / "evaluated.log", "a") as fh:
+            fh.write(f"{tier}-{index:05d}\n")
+
+
+def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable) -> list[dict]:
+    """Evaluate a tier chunk by chunk with ``run_chunks`` (an executor's ``run(evaluate, chunks, done)``),
+    resuming finished chunks, and merge the rows in chunk order."""
+    size = chunk_points(len(tasks))
+    chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
+    results: dict[int, list[dict]] = {}
+    todo = []
+    for index in range(len(chunks)):
+        rows = log.load(tier, index)
+        if rows is None:
+            todo.append(index)
+        else:
+            results[index] = rows
+
+    def done(index: int, chunk: tuple[list[dict], str]) -> None:
+        rows, lines = chunk
+        log.save(tier, index, lines)
+        results[index] = rows
+
+    if todo:
+        run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
+    return [row for index in range(len(chunks)) for row in results[index]]

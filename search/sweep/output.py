@@ -1,0 +1,80 @@
+"""A sweep's files: ``points.csv`` (every evaluation), ``pareto.csv``/``pareto.json`` (the non-dominated
+feasible points) and ``summary.json``, and reading a finished sweep folder back (for ``compare``)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from deepstack.errors import UserInputError
+from deepstack.jsonutil import finite
+from deepstack.schema import DesignSpace, Scenario
+from deepstack.search import pareto
+from deepstack.search.objectives import OBJECTIVES
+from deepstack.search.sweep.points import METRIC_COLUMNS
+
+HARDWARE_COLUMNS = ("chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale",
+                    "level_bw_scales")
+
+
+def front(rows: list[dict], objectives: list[str]) -> list[dict]:
+    """The feasible rows no other feasible row dominates, best first by the first objective."""
+    feasible = [r for r in rows if r["feasible"]]
+    if not feasible:
+        return []
+    values = np.array([[r[OBJECTIVES[o][0]] for o in objectives] for r in feasible], dtype=float)
+    mask = pareto.nondominated_mask(values, objectives)
+    kept = [{**{o: r[OBJECTIVES[o][0]] for o in objectives}, **{k: v for k, v in r.items() if k != "_score"}}
+            for r, keep in zip(feasible, mask, strict=True) if keep]
+    return sorted(kept, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
+
+
+def _csv_cells(rows: list[dict], names: list[str]):
+    """Each row's cells in column order: lists as JSON (encoded once per distinct list), missing keys empty."""
+    encoded: dict[tuple, str] = {}
+    for row in rows:
+        cells = []
+        for name in names:
+            value = row.get(name, "")
+            if isinstance(value, (list, tuple)):
+                key = tuple(value)
+                if key not in encoded:
+                    encoded[key] = json.dumps(list(value))
+                value = encoded[key]
+            cells.append(value)
+        yield cells
+
+
+def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> None:
+    """Write a finished sweep's files into ``result.out`` (a :class:`~deepstack.search.sweep.SweepResult`)."""
+    out = Path(result.out)
+    out.mkdir(parents=True, exist_ok=True)
+    columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *METRIC_COLUMNS]
+    for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
+        names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
+        with open(out / name, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(names)
+            writer.writerows(_csv_cells(data, names))
+    summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
+               "wall_s": result.wall_s, "objectives": result.objectives, "tiers": result.tiers,
+               "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
+                   "model": scenario.model.name}}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "pareto.json").write_text(json.dumps(finite({"objectives": result.objectives, "pareto": result.pareto}),
+                                                indent=2, default=str, allow_nan=False))
+
+
+def read_sweep(folder: str) -> tuple[dict, list[dict]]:
+    """summary.json and the evaluated points of a sweep folder (for ``compare``)."""
+    path = Path(folder)
+    try:
+        summary = json.loads((path / "summary.json").read_text())
+        with open(path / "points.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"--sweep: {folder} is not a finished sweep folder ({exc.__class__.__name__})") from None
+    return summary, rows

@@ -1,0 +1,97 @@
+"""A sweep's unit of work: one hardware point with every schedule that fits it, evaluated into flat rows
+(the columns of ``points.csv``), and a chunk of such points as a pool worker runs it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from deepstack import catalog
+from deepstack.errors import UserInputError
+from deepstack.models import memo, tune_gc
+from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.schema import DesignSpace, Scenario
+from deepstack.search.schedules import evaluate_schedules
+from deepstack.search.space import HardwarePoint, design_point, load_space, scaled_network
+
+METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "frequency_ghz",
+                  "memory_gib")
+
+
+@dataclass(frozen=True)
+class SweepTask:
+    space_ref: str
+    scenario_json: str
+    hardware: HardwarePoint
+    with_ttft: bool
+
+
+def device_of(space: DesignSpace, hw: HardwarePoint):
+    """The device a hardware point resolves to, or None when no PE fits the area budget (the area model
+    decides, as in the CP-SAT tables)."""
+    from deepstack.models.hardware.device import resolve_device
+
+    sram = next(o for o in space.hardware.sram if o.name == hw.sram)
+    chip = catalog.load("chips", hw.chip)
+    try:
+        return resolve_device(chip, hw.stacked_layers, hw.connected_layers,
+                              scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
+                              None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
+                              and sram.l1_bw_scale == 1.0 else sram)
+    except UserInputError:
+        return None
+
+
+def affinity_order(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
+    """The points with those that time alike next to each other (same chip, stacking, SRAM and PE count: the
+    NoC variants of a tier differ in area, which may or may not cost a PE), so a worker's block of chunks
+    reuses one device's operator tables. A pure function of the points: a resumed sweep cuts the same chunks."""
+    def key(hw: HardwarePoint) -> tuple:
+        dev = device_of(space, hw)
+        return (hw.chip, hw.stacked_layers or 0, hw.connected_layers or 0, hw.sram, dev.pes if dev else 0)
+
+    return sorted(points, key=key)
+
+
+@memo.cached(maxsize=64)
+def _scenario(text: str) -> Scenario:
+    """One scenario object per worker (memo lookups keyed on it then match by identity)."""
+    return Scenario.model_validate_json(text)
+
+
+def _capacity_B(hw: HardwarePoint) -> float:
+    dram = catalog.load("chips", hw.chip).device.dram
+    if dram.technology == "3d-stacked":
+        return dram.layer_capacity_GiB * 2**30 * hw.stacked_layers
+    return dram.capacity_B
+
+
+def evaluate_hardware(task: SweepTask) -> list[dict]:
+    """Every schedule that fits one hardware point, evaluated: one row per schedule."""
+    space = load_space(task.space_ref)
+    scenario = _scenario(task.scenario_json)
+    hw = task.hardware
+    if device_of(space, hw) is None:
+        return []
+    point = design_point(space, hw, scenario)
+    kept, _ = feasible_strategies(scenario, point.devices, _capacity_B(hw))
+    strategies = [strategy for strategy in kept if strategy.fsdp in space.schedule.fsdp]
+    evaluated = evaluate_schedules(point, [strategy.to_schedule() for strategy in strategies],
+                                   with_ttft=task.with_ttft)
+    hardware = hw.as_dict()
+    rows = []
+    for strategy, (_, report) in zip(strategies, evaluated, strict=True):
+        metrics = report.metrics
+        rows.append({**hardware, "schedule": strategy.label, "fsdp": strategy.fsdp,
+                     "feasible": report.feasible, **{k: metrics[k] for k in METRIC_COLUMNS if k in metrics}})
+    return rows
+
+
+def evaluate_chunk(tasks: list[SweepTask]) -> tuple[list[dict], str]:
+    """One chunk of hardware points (the unit a backend schedules, records and resumes): its rows, and the same
+    rows as the JSON lines :class:`~deepstack.search.sweep.chunks.ChunkLog` records. Encoding them here puts
+    that cost on the pool's workers instead of on the parent, which records every chunk while the workers share
+    its cores."""
+    tune_gc()  # also in workers that did not start from the CLI (Dask)
+    rows = [row for task in tasks for row in evaluate_hardware(task)]
+    return rows, "".join(json.dumps(row) + "\n" for row in rows)
