@@ -6,7 +6,7 @@ import pytest
 
 from deepstack import catalog
 
-PUBLISHED_B = {  # issue 2 / CALIBRATION.md §2: vendor totals
+PUBLISHED_B = {  # issue 2 / docs/calibration.md §2: vendor totals
     "llama-3.3-70b": 70.6,
     "llama-3.1-405b": 405,
     "deepseek-v3": 671,
@@ -69,7 +69,7 @@ def test_catalog_systems(cli):
     rows = {row["name"]: row for row in cli("catalog", "systems", "--json").json()}
     assert set(rows) == {"dgx-h100", "dgx-h200", "dgx-b200", "mi325x-4"}
     assert rows["dgx-h100"]["devices"] == 8 and rows["mi325x-4"]["devices"] == 4
-    # spec-sheet peaks (CALIBRATION.md §5, AMD data sheet): dense FP16 TFLOPS and HBM per GPU
+    # spec-sheet peaks (docs/calibration.md §5, AMD data sheet): dense FP16 TFLOPS and HBM per GPU
     assert rows["dgx-h100"]["fp16_tflops_per_device"] == pytest.approx(989, rel=0.01)
     assert rows["dgx-b200"]["fp16_tflops_per_device"] == pytest.approx(2250, rel=0.01)
     assert rows["mi325x-4"]["fp16_tflops_per_device"] == pytest.approx(1307.4, rel=0.01)
