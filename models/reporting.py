@@ -95,6 +95,7 @@ def _row_entry(r: Row, dev: DeviceSpec, scale: float, time_s: float, multiplier:
                          t.dram_B / (dev.dram.peak_bw_Bps * each) if each else 0.0, config)
 
 
+@memo.cached(maxsize=1024)  # a report re-asked for (same phase and clock) shares its breakdown
 def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, power_w: float, memory,
               coefficients, noc_J_per_B: tuple[float, ...], devices: int, network: Network | None) -> Breakdown:
     """Where the step's time, energy and memory go on the busiest device.

@@ -164,7 +164,7 @@ def weighted_sum(parts, total: float = 0.0) -> float:
     return total
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: a phase is memoised, so equal phases are the same object
 class PhaseResult:
     """One step of the phase on the busiest device: prefill of the batch, or one decode step of every request.
 
