@@ -18,10 +18,12 @@ def overlap_time_s(waves, total_comp_s, comm_bw_s, latency_s):
     """
     serial = total_comp_s + comm_bw_s + latency_s
     array = isinstance(waves, np.ndarray)
-    if not array and waves <= 1:
+    if array:
+        maximum, minimum, w = np.maximum, np.minimum, np.maximum(waves, 1)
+    elif waves <= 1:
         return serial
-    maximum, minimum = (np.maximum, np.minimum) if array else (max, min)
-    w = maximum(waves, 1)
+    else:  # the scalar path runs a million times per sweep: no more work than the formula
+        maximum, minimum, w = max, min, waves
     tau_comp = total_comp_s / w
     tau_comm = comm_bw_s / w
     steady = maximum((w - 1) * tau_comp, (w - 1) * tau_comm + latency_s)

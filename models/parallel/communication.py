@@ -201,13 +201,15 @@ def route(op: str, bytes_per_rank: float, groups: tuple, algorithm: str) -> Rout
     return Route(op, bytes_per_rank, groups, algorithm)
 
 
-_RESULTS = memo.Table("collective results per topology", maxsize=16, lru=True)  # topology → {route: result}
+# topology → {route: result}; read with a plain get (hundreds of thousands of reads per sweep), so when full it
+# drops the topology that entered first
+_RESULTS = memo.Table("collective results per topology", maxsize=16, lru=True)
 RESULTS_PER_TOPOLOGY = 65536  # routes kept per topology (a search sweeps one topology's schedules at a time)
 
 
 def route_times(routes, topology: network.NetworkTopology) -> list[collectives.CollectiveResult]:
     """The results of several routes on a topology (memoised per topology and route)."""
-    kept = _RESULTS.lookup(topology)
+    kept = _RESULTS.get(topology)
     if kept is None:
         kept = {}
         _RESULTS.put(topology, kept)
