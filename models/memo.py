@@ -17,7 +17,6 @@ holds nothing. Memoisation never changes a number; ``tests/test_memoisation.py``
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -67,7 +66,8 @@ class Table(dict):
 
     Use :meth:`put` to add (it enforces the bound); reads are plain dict reads. ``lru=True`` keeps the
     most recently used entries (a read through :meth:`lookup` refreshes one); otherwise the table is emptied
-    when full, which costs nothing per read.
+    when full, which costs nothing per read. The LRU order is the dict's own insertion order: a refreshed entry
+    is moved to the end, and the first one is the least recently used.
     """
 
     def __init__(self, name: str, maxsize: int, lru: bool = False) -> None:
@@ -75,36 +75,37 @@ class Table(dict):
         if maxsize <= 0:
             raise ValueError("memo tables are bounded: give maxsize > 0")
         self.name, self.maxsize, self.lru = name, maxsize, lru
-        self._order: OrderedDict | None = OrderedDict() if lru else None
         _REGISTRY.append(self)
 
     def put(self, key, value) -> None:
-        if key not in self and len(self) >= self.maxsize:
-            if self._order is None:
-                self.clear()
+        if key in self:
+            del self[key]  # re-inserted below, at the most recently used end
+        elif len(self) >= self.maxsize:
+            if self.lru:
+                del self[next(iter(self))]
             else:
-                oldest, _ = self._order.popitem(last=False)
-                del self[oldest]
+                self.clear()
         self[key] = value
-        if self._order is not None:
-            self._order[key] = None
-            self._order.move_to_end(key)
 
     def lookup(self, key, default=None):
         """The value kept for ``key`` (refreshing it in an LRU table), or ``default``."""
-        found = self.get(key, default)
-        if self._order is not None and key in self._order:
-            self._order.move_to_end(key)
+        if not self.lru:
+            return self.get(key, default)
+        found = self.pop(key, _MISSING)
+        if found is _MISSING:
+            return default
+        self[key] = found
         return found
 
     def cache_clear(self) -> None:
         self.clear()
-        if self._order is not None:
-            self._order.clear()
 
     def cache_info(self) -> tuple[int, int]:
         """(entries, bound)."""
         return len(self), self.maxsize
+
+
+_MISSING = object()
 
 
 def registered() -> tuple[Any, ...]:
