@@ -121,8 +121,8 @@ def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, 
     noc: tuple[float, ...] = ()
     if network is not None:
         topology = communication.topology_of(network)
-        capacities = [topology.level_links[index] * level.link_bw_Bps * time_s
-                      for index, level in enumerate(network.levels)]
+        capacities = [links * bw * time_s for links, bw in zip(topology.level_links, topology.level_bw_Bps,
+                                                                strict=True)]
         noc = tuple(level_bytes.get(index, 0.0) / capacity if capacity else 0.0
                     for index, capacity in enumerate(capacities))
     utilization = Utilization(compute=flops / (dev.peak_matrix_flops * scale * time_s),

@@ -131,10 +131,10 @@ def _ring8_all_reduce(S: float) -> dict[str, float]:
 
     ring: 14 steps of S/8, one hop, one flow per link              → 14δ + 1.75 S/B
     halving_doubling: partners at 1, 2, 4 hops with S/2, S/4, S/8; at distance 2 two flows share a link, at
-      distance 4 (half-way: even sources go up, odd down) two flows share every link
-      → RS: (1 + 2 + 4)δ + (S/2 + 2·S/4 + 2·S/8)/B = 7δ + 1.25 S/B; AG mirrors it → 14δ + 2.5 S/B
-    rabenseifner: RS distance 4 first with S/2 (2 flows per link), 2 with S/4, 1 with S/8
-      → RS 7δ + (S + S/2 + S/8)/B = 7δ + 1.625 S/B; AG the same → 14δ + 3.25 S/B
+      distance 4 (half-way: every flow takes the tie up) four flows share every up link
+      → RS: (1 + 2 + 4)δ + (S/2 + 2·S/4 + 4·S/8)/B = 7δ + 1.5 S/B; AG mirrors it → 14δ + 3 S/B
+    rabenseifner: RS distance 4 first with S/2 (4 flows per up link), 2 with S/4, 1 with S/8
+      → RS 7δ + (2S + S/2 + S/8)/B = 7δ + 2.625 S/B; AG the same → 14δ + 5.25 S/B
     double_tree: in-order tree over 0..7 (root 3, height 3) and its copy shifted by one; the busiest ring
       link carries 3 tree edges and the longest edge (1–3, 2–4, 3–5, 4–6) is 2 hops. With C chunks,
       C + 2·3 − 1 steps of 2δ + 3·S/(2C)/B, C ∈ {1, 2, 4, …, 256} chosen to minimise it.
@@ -144,8 +144,8 @@ def _ring8_all_reduce(S: float) -> dict[str, float]:
     """
     d, B = 1 * US, 100 * GB
     tree = min((c + 5) * (2 * d + 1.5 * S / (c * B)) for c in (1 << k for k in range(9)))
-    return {"ring": 14 * d + 1.75 * S / B, "halving_doubling": 14 * d + 2.5 * S / B,
-            "rabenseifner": 14 * d + 3.25 * S / B, "double_tree": tree}
+    return {"ring": 14 * d + 1.75 * S / B, "halving_doubling": 14 * d + 3 * S / B,
+            "rabenseifner": 14 * d + 5.25 * S / B, "double_tree": tree}
 
 
 @pytest.mark.parametrize(("S", "winner"), [(1e3, "double_tree"), (27_586 / 2, "double_tree"),
@@ -181,13 +181,13 @@ def test_auto_all_reduce_on_a_switch_is_halving_doubling_at_every_size(S):
 def test_auto_all_gather_on_a_ring_direct_for_small_ring_for_large(S, winner):
     # All-gather on RING8, S = shard per rank.
     #   ring: 7 steps of S, one hop → 7δ + 7 S/B
-    #   direct: one step, every pair S, shortest way; flow-hops 8 sources × (1+2+3+4+3+2+1) = 128 over 16 links,
-    #     balanced (6 flows of distances 1-3 plus 2 half-way flows per link) → 4δ + 8 S/B
-    #   halving_doubling (far partners first, blocks S, 2S, 4S at distances 4, 2, 1; 2 flows per link at
-    #     distances 4 and 2) → 7δ + (2S + 4S + 4S)/B = 7δ + 10 S/B
-    # Crossover direct = ring: S = 3δB = 300 kB.
+    #   direct: one step, every pair S, shortest way, half-way flows up: an up link carries 1 + 2 + 3 flows of
+    #     distances 1-3 and 4 half-way flows (a down link only the 6) → 4δ + 10 S/B
+    #   halving_doubling (far partners first, blocks S, 2S, 4S at distances 4, 2, 1; 4 flows per up link at
+    #     distance 4, 2 at distance 2) → 7δ + (4S + 4S + 4S)/B = 7δ + 12 S/B
+    # Crossover direct = ring: S = δB = 100 kB.
     d, B = 1 * US, 100 * GB
-    hand = {"ring": 7 * d + 7 * S / B, "direct": 4 * d + 8 * S / B, "halving_doubling": 7 * d + 10 * S / B}
+    hand = {"ring": 7 * d + 7 * S / B, "direct": 4 * d + 10 * S / B, "halving_doubling": 7 * d + 12 * S / B}
     auto = collective_time("all_gather", S, ALL8, RING8)
     assert auto.algorithm == winner
     assert dict(auto.candidates) == pytest.approx(hand)

@@ -39,9 +39,11 @@ def test_from_schema_converts_to_si():
     assert l1.hop_latency_s == pytest.approx(10 * NS)
     assert (l2.topology, l2.dims, l2.packet_bytes, l2.header_bytes) == ("mesh", (2, 2), 256, 16)
     assert (l3.topology, l3.dims, l3.link_bw_Bps) == ("torus", (4, 4), 75 * GB)
-    # switch: up + down per node, 64 copies → 512; mesh 2x2: 2 chains of 2 per dimension = 8 links per chip,
-    # 64 copies → 512; torus 4x4: 4 rings of 4 per dimension, 8 links per ring → 64 per torus, 16 copies → 1024
-    assert topo.level_links == (512, 512, 1024)
+    # switch (per device): up + down per node, 64 copies → 512; mesh 2x2 (shared: one per chip, not one per
+    # cluster position): 2 chains of 2 per dimension = 8 links per chip, 16 chips → 128; torus 4x4 (shared: one
+    # for the whole system): 4 rings of 4 per dimension, 8 links per ring → 64
+    assert (l1.ports, l2.ports, l3.ports) == ("per_device", "shared_uplink", "shared_uplink")
+    assert topo.level_links == (512, 128, 64)
     hash(topo)  # memoisable
 
 
@@ -74,22 +76,22 @@ def test_wrong_shape_or_negative_traffic():
 def test_all_to_all_on_a_4x4_torus():
     # 16 nodes, S = 1.6 MB per rank → m = S/16 = 100 kB per pair. XY routing: the x-ring of row y carries the
     # traffic of row y's 4 sources to every x; per (x_s, x_t) pair that is 4 destinations · m = 4m. On a ring of
-    # 4 with this traffic, link i→i+1 carries the 1-hop flow (4m) plus the half-way flows routed up (source even
-    # → up): 0→2 loads 0→1 and 1→2, 2→0 loads 2→3 and 3→0, so every up link gets 4m + 4m = 8m (and down links
-    # symmetrically 8m). Same for the y-rings. Max link = 8m = S/2 = 800 kB.
+    # 4 with this traffic, link i→i+1 carries the 1-hop flow i→i+1 (4m) plus the two half-way flows that cross
+    # it, both routed up on the tie (i→i+2 and i−1→i+1): 4m + 4m + 4m = 12m; down links carry only the 1-hop
+    # flows (4m). Same for the y-rings. Max link = 12m = 3S/4 = 1.2 MB.
     # Latency: the farthest pair is 2 + 2 = 4 hops.
     bw, delta = 100 * GB, 500 * NS
     topo = NetworkTopology.single("torus", (4, 4), bw, delta)
     result = route_traffic(all_to_all_tm(16, 100e3), topo)
-    assert result.max_link_bytes == pytest.approx(800e3)
+    assert result.max_link_bytes == pytest.approx(1200e3)
     assert result.latency_s == pytest.approx(4 * delta)
-    assert result.congestion_s == pytest.approx(800e3 / bw)  # 8 µs
-    assert result.time_s == pytest.approx(4 * delta + 800e3 / bw)  # 10 µs
+    assert result.congestion_s == pytest.approx(1200e3 / bw)  # 12 µs
+    assert result.time_s == pytest.approx(4 * delta + 1200e3 / bw)  # 14 µs
     (level,) = result.levels
     assert level.links == 64
-    # all 64 links equally loaded: busy fraction 8 µs / 10 µs everywhere
-    assert level.max_busy_fraction == pytest.approx(0.8)
-    assert level.mean_busy_fraction == pytest.approx(0.8)
+    # the 32 up links carry 12 µs of bytes in 14 µs, the 32 down links 4 µs: mean (12 + 4) / 2 / 14
+    assert level.max_busy_fraction == pytest.approx(12 / 14)
+    assert level.mean_busy_fraction == pytest.approx(8 / 14)
     # a source's hops to all 16 nodes: 4 · (0+1+2+1) per dimension, two dimensions → 32 link crossings;
     # total = 16 sources · 32 · 100 kB
     assert level.total_bytes == pytest.approx(16 * 32 * 100e3)
@@ -105,14 +107,14 @@ def test_all_to_all_on_a_switch():
     assert result.time_s == pytest.approx(2 * delta + 7e6 / bw)  # 0.5 µs + 140 µs
 
 
-def test_ring_takes_the_shorter_way_and_breaks_ties_by_source_parity():
+def test_ring_takes_the_shorter_way_and_breaks_ties_up():
     topo = NetworkTopology.single("ring", 6, GB, NS)
     # 0 → 5 is one hop down the ring, not five up
     assert route_traffic(one_flow(6, 0, 5, 1e3), topo).latency_s == pytest.approx(1 * NS)
-    # 0 → 3 and 1 → 4 are both half-way: the even source goes up, the odd one down, so they share no link
-    up, down = nw.link_bytes(one_flow(6, 0, 3, 1e3), topo)[0], nw.link_bytes(one_flow(6, 1, 4, 1e3), topo)[0]
-    assert np.flatnonzero(up).tolist() == [0, 1, 2]  # up links leaving 0, 1, 2
-    assert np.flatnonzero(down).tolist() == [6 + 0, 6 + 1, 6 + 5]  # down links leaving 1, 0, 5 (sorted ids)
+    # 0 → 3 and 1 → 4 are both half-way: both go up (dimension-order routers resolve a tie one way), sharing 1→2, 2→3
+    first, second = nw.link_bytes(one_flow(6, 0, 3, 1e3), topo)[0], nw.link_bytes(one_flow(6, 1, 4, 1e3), topo)[0]
+    assert np.flatnonzero(first).tolist() == [0, 1, 2]  # up links leaving 0, 1, 2
+    assert np.flatnonzero(second).tolist() == [1, 2, 3]  # up links leaving 1, 2, 3
     assert route_traffic(one_flow(6, 0, 3, 1e3), topo).latency_s == pytest.approx(3 * NS)
 
 
@@ -187,11 +189,12 @@ def test_rail_style_ports_and_innermost_first_routing():
 
 def test_tms1_all_to_all_golden():
     # 256 devices, 1 MiB per rank → 4096 B per pair.
-    # L1 switch uplink: flows to the 192 devices with another L1 port → 192 · 4096 = 786,432 B (no framing).
+    # L1 switch uplink: L2 is a shared uplink, so every flow that leaves the die goes up through the die's switch
+    # (252 of them) besides the flows to the 3 other clusters of the die → 255 · 4096 = 1,044,480 B (no framing).
     # Latency: 2 switch hops · 10 ns + 2 mesh hops · 20 ns + 4 torus hops · 500 ns = 2,060 ns.
     topo = NetworkTopology.from_schema(catalog.load("nocs", "tms1"))
     result = route_traffic(all_to_all_tm(256, 4096.0), topo)
-    assert result.levels[0].max_link_bytes == pytest.approx(192 * 4096)
+    assert result.levels[0].max_link_bytes == pytest.approx(255 * 4096)
     assert result.latency_s == pytest.approx(2060 * NS)
     assert result.time_s == pytest.approx(result.latency_s + result.congestion_s)
     assert result.levels[2].max_busy_fraction == max(level.max_busy_fraction for level in result.levels)

@@ -236,6 +236,10 @@ class NetworkLevel(Frozen):
     hop_latency_ns: float = Field(ge=0, le=1e7)
     packet_bytes: int | None = Field(None, ge=1, le=1 << 30, description="payload per packet (None: no framing)")
     header_bytes: int = Field(0, ge=0, le=1 << 20, description="protocol overhead per packet")
+    ports: Literal["per_device", "shared_uplink"] = Field(
+        "per_device",
+        description="who owns the level's links: per_device (rail-optimised, e.g. one NIC per GPU) or "
+        "shared_uplink (one set of ports per group of inner devices, e.g. a leaf switch's uplink, a die's edge)")
     energy_pJ_per_bit: float = Field(gt=0, le=1000)
 
     @field_validator("dims", mode="before")
@@ -285,6 +289,10 @@ class Network(Sourced):
     kind: Literal["noc"] = "noc"
     levels: tuple[NetworkLevel, ...] = Field(min_length=1, max_length=3)
     device_area_mm2: float = Field(gt=0, le=1e5, description="area of one endpoint (100 mm² cluster or 800 mm² die)")
+    completion: Literal["delivery", "acknowledged"] = Field(
+        "delivery",
+        description="when a collective's next step may start: at delivery of the last byte, or when the "
+        "transport has it acknowledged (two path latencies per step, as RDMA completions report it)")
 
     @property
     def devices(self) -> int:

@@ -23,9 +23,9 @@ _MAX_DEGREE = 1 << 20
 # Which algorithms implement which collective: the built-ins of deepstack.models.collectives (a test keeps them
 # equal); its register_algorithm adds the ones a user registers, so files and --parallel may name them too.
 ALGORITHMS_FOR: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical"),
-    "all_gather": ("ring", "halving_doubling", "direct"),
-    "reduce_scatter": ("ring", "halving_doubling", "direct"),
+    "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "hierarchical_ring"),
+    "all_gather": ("ring", "halving_doubling", "direct", "hierarchical", "hierarchical_ring"),
+    "reduce_scatter": ("ring", "halving_doubling", "direct", "hierarchical", "hierarchical_ring"),
     "all_to_all": ("direct", "pairwise"),
     "send_recv": ("direct",),
 }

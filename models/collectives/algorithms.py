@@ -71,8 +71,9 @@ class Composite(Algorithm):
     def steps(self, op: str, p: int) -> Sequence[Step]:
         raise TypeError(f"{self.name} is composite: it runs phases, not steps of its own")
 
-    def phases(self, op: str, S: float, groups: tuple, structure) -> tuple[tuple[str, str, float, tuple], ...]:
-        """(role, collective, bytes per rank, groups) of every phase, in order; only called when available."""
+    def phases(self, op: str, S: float, groups: tuple, structure) -> tuple[tuple[str, str, float, tuple, str], ...]:
+        """(role, collective, bytes per rank, groups, algorithm) of every phase, in order, where algorithm is a
+        registered name or "auto" (the fastest applicable one); only called when available."""
         raise NotImplementedError
 
 

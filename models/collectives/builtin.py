@@ -3,8 +3,6 @@ each one does and the papers it follows). Every size here is per byte of the per
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from deepstack.models import memo
@@ -94,35 +92,25 @@ def _split_at(groups: tuple, radix: int):
     return tuple(inner_groups), tuple(rails), shape[0]
 
 
+def _boundaries(structure) -> tuple[int, ...]:
+    """Device-id radices at which the routing dimensions split, innermost first: after every dimension of every
+    level (between levels, and between the X and Y of a mesh or torus), the whole network excluded."""
+    radices, radix = [], 1
+    for _, dims, _ in structure:
+        for size in dims:
+            radix *= size
+            radices.append(radix)
+    return tuple(dict.fromkeys(radices[:-1]))
+
+
 @memo.cached(maxsize=1024)
 def hierarchy(groups: tuple, structure):
-    """(inner sub-groups, rails, inner size) at the innermost level boundary that splits the groups, or None."""
-    radix = 1
-    for _, dims in structure[:-1]:
-        radix *= math.prod(dims)
+    """(inner sub-groups, rails, inner size) at the innermost dimension boundary that splits the groups, or None."""
+    for radix in _boundaries(structure):
         split = _split_at(groups, radix)
         if split is not None:
             return split
     return None
-
-
-@register_built_in
-class Hierarchical(Composite):
-    """Reduce-scatter inside the innermost level the groups span, all-reduce of the S/a shard across the outer
-    levels, all-gather back inside."""
-
-    name, ops = "hierarchical", ("all_reduce",)
-
-    def unavailable(self, op, groups, structure):
-        if hierarchy(groups, structure) is None:
-            return ("hierarchical needs groups spanning more than one network level, each a full product of inner "
-                    "and outer positions of equal shape")
-        return None
-
-    def phases(self, op, S, groups, structure):
-        inner_groups, rails, a = hierarchy(groups, structure)
-        return (("inner", "reduce_scatter", S, inner_groups), ("outer", "all_reduce", S / a, rails),
-                ("inner", "all_gather", S / a, inner_groups))
 
 
 @register_built_in
@@ -156,3 +144,52 @@ class Pairwise(Algorithm):
     def steps(self, op, p):
         ranks = np.arange(p)
         return [tm.step("all_to_all", ranks, (ranks + k) % p, S / p) for k in range(1, p)]
+
+
+@register_built_in
+class Hierarchical(Composite):
+    """One routing dimension at a time (as ASTRA-sim runs a collective on a multi-dimensional network): the
+    groups are split at the innermost dimension boundary (between levels, or the X and Y of a torus) into inner
+    sub-groups of a ranks and rails of b ranks (same inner position), and
+
+    * all-reduce: reduce-scatter inside, all-reduce of the S/a shard across, all-gather back inside;
+    * reduce-scatter: inside first (S → S/a), then across (S/a → S/ab): the slow outer links carry the least;
+    * all-gather: across first (b shards), then inside with the b-shard bundle — the mirror image.
+
+    The outer phase is itself split again where the rails span more dimensions. Each phase runs
+    :attr:`within` ("auto": the fastest applicable algorithm for its groups)."""
+
+    name, ops = "hierarchical", ("all_reduce", "all_gather", "reduce_scatter")
+    within = "auto"
+
+    def unavailable(self, op, groups, structure):
+        if hierarchy(groups, structure) is None:
+            return ("hierarchical needs groups spanning more than one routing dimension, each a full product of "
+                    "inner and outer positions of equal shape")
+        return None
+
+    def _outer(self, rails: tuple, structure) -> str:
+        """The algorithm of the outer phase: this one again where the rails still span several dimensions."""
+        if self.within == "auto" or hierarchy(rails, structure) is None:
+            return self.within
+        return self.name
+
+    def phases(self, op, S, groups, structure):
+        inner_groups, rails, a = hierarchy(groups, structure)
+        outer = self._outer(rails, structure)
+        if op == "all_gather":
+            b = len(rails[0])
+            return (("outer", "all_gather", S, rails, outer), ("inner", "all_gather", S * b, inner_groups, self.within))
+        if op == "reduce_scatter":
+            return (("inner", "reduce_scatter", S, inner_groups, self.within),
+                    ("outer", "reduce_scatter", S / a, rails, outer))
+        return (("inner", "reduce_scatter", S, inner_groups, self.within), ("outer", "all_reduce", S / a, rails, outer),
+                ("inner", "all_gather", S / a, inner_groups, self.within))
+
+
+@register_built_in
+class HierarchicalRing(Hierarchical):
+    """:class:`Hierarchical` with a ring in every dimension (ASTRA-sim's default per-dimension algorithm). Not
+    ranked by "auto": the hierarchical algorithm that picks the fastest per phase is never slower."""
+
+    name, ranked, within = "hierarchical_ring", False, "ring"

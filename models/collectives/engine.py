@@ -55,8 +55,8 @@ def execute(op: str, algorithm: str, S: float, groups: tuple, topology: NetworkT
 
 def _composite(chosen: Composite, op: str, S: float, groups: tuple, topology: NetworkTopology,
                overhead_s: float) -> Run:
-    phases = [(role, sub_op, _best(sub_op, size, sub_groups, topology, overhead_s)[0])
-              for role, sub_op, size, sub_groups in chosen.phases(op, S, groups, topology.structure)]
+    phases = [(role, sub_op, _phase_run(sub_op, size, sub_groups, topology, overhead_s, within))
+              for role, sub_op, size, sub_groups, within in chosen.phases(op, S, groups, topology.structure)]
     steps = tuple(
         StepResult(f"{role} {run.algorithm} {s.phase}", s.count, s.time_s, s.latency_s, s.congestion_s,
                    s.max_link_bytes)
@@ -70,6 +70,23 @@ def _composite(chosen: Composite, op: str, S: float, groups: tuple, topology: Ne
         f"{role} {sub_op}={run.algorithm}" + (f" ({run.detail})" if run.detail else "") for role, sub_op, run in phases
     )
     return Run(chosen.name, detail, steps, totals)
+
+
+def _phase_run(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float, within: str) -> Run:
+    """The run of one phase of a composite: its named algorithm, or the fastest applicable one ("auto")."""
+    if within == "auto":
+        return _best(op, S, groups, topology, overhead_s)[0]
+    return execute(op, within, S, groups, topology, overhead_s)
+
+
+def _phase_figures(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float, within: str):
+    """(steps as (count, time, latency, congestion), bytes per level) of one phase of a composite."""
+    if within == "auto":
+        _, _, steps, level_bytes = _ranked(op, S, groups, topology, overhead_s)
+        return steps, level_bytes
+    run = execute(op, within, S, groups, topology, overhead_s)
+    steps = tuple((s.count, s.time_s, s.latency_s, s.congestion_s) for s in run.steps)
+    return steps, tuple(float(links.sum()) if links.size else 0.0 for links in run.link_totals)
 
 
 def _unavailable(op: str, algorithm: str, groups: tuple, structure) -> str | None:
@@ -123,7 +140,7 @@ def _crossed_levels(groups: tuple, structure) -> tuple[bool, ...]:
     its two devices differ in that level's digit of the device id (every device has a port into every level)."""
     members = np.asarray(groups, dtype=np.int64)
     crossed, stride = [], 1
-    for _, dims in structure:
+    for _, dims, _ in structure:
         radix = math.prod(dims)
         digit = (members // stride) % radix
         crossed.append(bool((digit.min(axis=1) != digit.max(axis=1)).any()))
@@ -142,8 +159,8 @@ class _SeenBy:
         crossed = _crossed_levels(groups, topology.structure)
         self.topology = topology
         self._key = (topology.structure, topology.framing,
-                     tuple((level.link_bw_Bps, level.hop_latency_s) if used else None
-                           for level, used in zip(topology.levels, crossed, strict=True)))
+                     tuple((bw, hop_s) if used else None for bw, hop_s, used
+                           in zip(topology.level_bw_Bps, topology.hop_latencies_s, crossed, strict=True)))
         self._hash = hash(self._key)
 
     def __hash__(self) -> int:
@@ -180,17 +197,18 @@ def _ranked_on(op: str, S: float, groups: tuple, seen: _SeenBy, overhead_s: floa
             counts, latency, congestion = timed[algorithm]
             totals[algorithm] = _algorithm_time(algorithm_of(op, algorithm).fastest_step,
                                                 (counts * (latency + congestion + overhead_s)).tolist())
-    composed = {}  # composite algorithm → its phases' rankings and steps: each phase runs its fastest algorithm
+    composed = {}  # composite algorithm → its phases' steps and bytes per level
     for name in r.composites:
-        phases = [_ranked(sub_op, size, sub_groups, topology, overhead_s)
-                  for _, sub_op, size, sub_groups in algorithm_of(op, name).phases(op, S, groups, topology.structure)]
-        composed[name] = phases, tuple(step for phase in phases for step in phase[2])
+        phases = [_phase_figures(sub_op, size, sub_groups, topology, overhead_s, within)
+                  for _, sub_op, size, sub_groups, within
+                  in algorithm_of(op, name).phases(op, S, groups, topology.structure)]
+        composed[name] = phases, tuple(step for phase in phases for step in phase[0])
         totals[name] = sum(step[0] * step[1] for step in composed[name][1])
     times = [(algorithm, totals[algorithm]) for algorithm in r.usable]
     best = min(times, key=lambda item: item[1])[0]
     if best in composed:
         phases, steps = composed[best]
-        level_bytes = tuple(sum(parts) for parts in zip(*(phase[3] for phase in phases), strict=True))
+        level_bytes = tuple(sum(parts) for parts in zip(*(phase[1] for phase in phases), strict=True))
     else:
         steps, chosen = _steps_of(algorithm_of(op, best).fastest_step, *timed[best], overhead_s)
         level_bytes = plan_level_bytes(r.plans[best], chosen, S, topology.framing)

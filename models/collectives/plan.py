@@ -118,14 +118,14 @@ def timed_steps(plan: Plan, S: float, topology: NetworkTopology):
     congestion = np.zeros(n_steps)
     peak = np.zeros(n_steps)
     loads = []
-    for level, counts in zip(topology.levels, plan.link_counts, strict=True):
+    for level, bw, counts in zip(topology.levels, topology.level_bw_Bps, plan.link_counts, strict=True):
         wire = level.wire_bytes(plan.cell_payload * S)
         per_cell = wire[:, None] * counts
         level_loads_ = per_cell if plan.uniform else np.add.reduceat(per_cell, plan.cell_starts, axis=0)
         loads.append(level_loads_)
         if level_loads_.shape[1]:
             level_peak = level_loads_.max(axis=1)
-            congestion = np.maximum(congestion, level_peak / level.link_bw_Bps)
+            congestion = np.maximum(congestion, level_peak / bw)
             peak = np.maximum(peak, level_peak)
     return step_latency(plan, topology.hop_latencies_s), congestion, peak, loads
 

@@ -48,12 +48,19 @@ def noc_ports(topology: str, dims: tuple[int, ...]) -> int:
 
 
 def network_bw_per_device_Bps(levels) -> float:
-    """Aggregate outgoing link bandwidth of one device over all levels (ports × link bandwidth)."""
-    return sum(noc_ports(level.topology, level.dims) * level.link_bw_Bps for level in levels)
+    """Aggregate outgoing link bandwidth one device pays for over all levels: ports × link bandwidth, divided
+    among the devices of a group where the level's ports are a shared uplink (one PHY per group, not per device)."""
+    total, group = 0.0, 1
+    for level in levels:
+        sharing = group if getattr(level, "ports", "per_device") == "shared_uplink" else 1
+        total += noc_ports(level.topology, level.dims) * level.link_bw_Bps / sharing
+        group *= math.prod(level.dims)
+    return total
 
 
-# TMS1 (paper Table 3): switch 4 @ 800 GB/s (1 port) + mesh 2x2 @ 384 GB/s (2 ports) + torus 4x4 @ 75 GB/s (4 ports)
-TMS1_NOC_BW_Bps = 1 * 800e9 + 2 * 384e9 + 4 * 75e9
+# TMS1 (paper Table 3, read as docs/calibration.md §11 says): switch 4 @ 800 GB/s (1 port per cluster) + mesh 2x2
+# @ 384 GB/s (2 ports per die, shared by its 4 clusters) + torus 4x4 @ 75 GB/s (4 ports per chip, shared by its 16)
+TMS1_NOC_BW_Bps = 1 * 800e9 + 2 * 384e9 / 4 + 4 * 75e9 / 16
 
 
 @dataclass(frozen=True)

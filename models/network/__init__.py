@@ -14,31 +14,34 @@ Physical numbering and routing (the assumptions every result rests on):
   level in mixed radix, innermost fastest: ``d = c1 + s1·(c2 + s2·c3)``. A 2-D level of dims ``(X, Y)``
   numbers its positions ``x + X·y``. The whole network is therefore a list of *axes* (one per 1-D level, two
   per mesh/torus), and a device's axis coordinates are its mixed-radix digits.
-* **Rail-style ports, no gateway.** Every device has its own port into every level: the device with inner
-  coordinates ``c`` is linked to the devices with the same inner coordinates in the other groups. So a level
-  of size ``s`` is replicated ``N/s`` times, one copy per combination of the other levels' coordinates, and
-  its links are indexed by (copy, link of the level's topology). Why: Table 3 gives one bandwidth per link of
-  each level and no gateway count; multi-accelerator systems give each accelerator its own NIC / UCIe edge
-  (rail-optimised wiring), and a single gateway per group would silently divide an outer link among all inner
-  devices. It also makes the network a Cartesian product, where dimension-order routing is exact and minimal.
+* **Who owns a level's links** (:attr:`TopologyLevel.ports`, a modelled choice every catalog network states).
+  ``per_device`` (rail-optimised): every device has its own port into the level — the device with inner
+  coordinates ``c`` is linked to the devices with the same inner coordinates in the other groups, so a level of
+  size ``s`` is replicated ``N/s`` times (a DGX H100 node has one NIC per GPU). ``shared_uplink``: each group of
+  inner devices (one node of the level) has one set of ports its devices share — a leaf switch's uplink, a
+  die's UCIe edge, a chip's off-package SerDes — so the level is replicated once per group, not per device; a
+  flow that leaves its group through it crosses the inner level's switch (up at the source, down at the
+  destination, even between devices at the same inner position), and since the group's devices together can
+  fill it faster than it drains it delivers ``SHARED_UPLINK_UTILISATION`` (0.96, calibrated) of its bandwidth.
 * **Routing.** Dimension order over all axes, innermost first (L1, then L2 x, L2 y, then L3 x, L3 y): a flow first
   reaches the destination's L1 coordinate inside the source's group, then crosses L2 on the rail of the
   destination's L1 coordinate, then L3 (like NCCL's PXN: fast local hops first, one slow hop on the right rail).
   Per axis (each kind is a class in :mod:`.topologies`; more can be registered): *switch* — node→switch uplink +
   switch→node downlink (2 hops, one link each way per node); *fully_connected* — one direct link per ordered pair
   (1 hop); *chain* (and each mesh dimension) — the only minimal path; *ring* (and each torus dimension) — the
-  shorter way round, and on a tie (even size, exactly half-way) a source at an even coordinate goes up and an odd
-  one goes down, which is deterministic and keeps both directions equally loaded under all-to-all. A ring of two
-  nodes is a chain (one link per direction).
+  shorter way round, and on a tie (even size, exactly half-way) up, as dimension-order torus routers (and
+  ASTRA-sim's NS-3 reference) resolve it. A ring of two nodes is a chain (one link per direction).
+* **Step completion** (:attr:`NetworkTopology.completion`): a dependent step starts when the previous one's last
+  byte is delivered (one path latency), or when it is ``acknowledged`` (two: RDMA completions, ASTRA-sim's NS-3).
 * **Links** are directed; ``link_bw_Bps`` is per link and direction (full duplex).
 * **Framing.** On a level with ``packet_bytes`` set, a flow of ``b`` payload bytes occupies
   ``b + ceil(b / packet_bytes) · header_bytes`` bytes on each of that level's links it crosses (per flow, per
   level: a flow is re-framed at every level it crosses).
 * Bytes a device sends to itself never touch the network; zero traffic costs zero time.
 
-Routing is vectorised: for each topology *structure* (topologies and dims, not bandwidths or latencies) the
-flow→link incidence of every device pair is built once as one sparse matrix per level and memoised, so routing
-a TM is one sparse matrix–vector product per level.
+Routing is vectorised: for each topology *structure* (topologies, dims and port ownership; not bandwidths or
+latencies) the flow→link incidence of every device pair is built once as one sparse matrix per level and
+memoised, so routing a TM is one sparse matrix–vector product per level.
 
 Modules: :mod:`.topologies` (a class per topology kind, the registry), :mod:`.axes` (axes of a structure, the
 links of a route), :mod:`.levels` (:class:`TopologyLevel`, :class:`NetworkTopology`), :mod:`.incidence`
@@ -46,9 +49,17 @@ links of a route), :mod:`.levels` (:class:`TopologyLevel`, :class:`NetworkTopolo
 :mod:`.mapping` (ranks → devices). This package re-exports their public names.
 """
 
-from deepstack.models.network.axes import structure_devices
+from deepstack.models.network.axes import PORTS, structure_devices
 from deepstack.models.network.incidence import flow_link_counts, is_prepared, prepare
-from deepstack.models.network.levels import NetworkTopology, TopologyLevel, as_topology, framed_bytes, readonly
+from deepstack.models.network.levels import (
+    COMPLETIONS,
+    SHARED_UPLINK_UTILISATION,
+    NetworkTopology,
+    TopologyLevel,
+    as_topology,
+    framed_bytes,
+    readonly,
+)
 from deepstack.models.network.mapping import device_groups, order_by_intensity
 from deepstack.models.network.results import LevelLoad, NetworkResult, RoutedFlows, level_loads, summarise_levels
 from deepstack.models.network.routing import link_bytes, route_batch, route_flows, route_traffic
@@ -61,6 +72,9 @@ from deepstack.models.network.topologies import (
 )
 
 __all__ = [
+    "COMPLETIONS",
+    "PORTS",
+    "SHARED_UPLINK_UTILISATION",
     "LevelLoad",
     "NetworkResult",
     "NetworkTopology",

@@ -1,8 +1,11 @@
 """Axes of a network structure and the links a flow crosses on them (dimension-order routing, vectorised).
 
-A *structure* is a topology's ``((topology name, dims), ...)`` per level, innermost first: all that routing
-depends on. Its axes are the 1-D routing dimensions (one per level, two per mesh/torus), in device-id digit
-order; each is replicated once per combination of the other axes' coordinates (rail-style ports).
+A *structure* is a topology's ``((topology name, dims, ports), ...)`` per level, innermost first: all that
+routing depends on. Its axes are the 1-D routing dimensions (one per level, two per mesh/torus), in device-id
+digit order. An axis of a ``per_device`` level is replicated once per combination of the other axes'
+coordinates (rail-style ports: every device has its own); an axis of a ``shared_uplink`` level once per
+combination of the other axes' coordinates *outside its level's inner groups*, so all devices of one group
+share one set of links.
 """
 
 from __future__ import annotations
@@ -15,7 +18,10 @@ import numpy as np
 from deepstack.models import memo
 from deepstack.models.network.topologies import Topology, topology_kind
 
-Structure = tuple[tuple[str, tuple[int, ...]], ...]
+Structure = tuple[tuple[str, tuple[int, ...], str], ...]
+
+# Who owns a level's links (see :class:`~deepstack.models.network.TopologyLevel`).
+PORTS: tuple[str, ...] = ("per_device", "shared_uplink")
 
 
 @dataclass(frozen=True)
@@ -27,11 +33,20 @@ class Axis:
     size: int
     stride: int  # mixed-radix weight of this axis' digit in the device id
     offset: int  # first link id of this axis inside its level
+    group: int  # devices sharing one copy's ports: 1 (per device), or the devices inside one node of the level
+    copies: int  # copies of this axis in the network
+    exit_stride: int  # flows whose ids differ above this radix leave through a shared outer level (0: none)
+
+    def copy_of(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Which copy of the axis a flow at this axis travels on (innermost-first dimension order: lower axes
+        already hold the destination's digits, higher axes still the source's)."""
+        lower = (dst % self.stride) // self.group  # the digits of lower axes that pick a port (none inside a group)
+        return lower + (self.stride // self.group) * (src // (self.stride * self.size))
 
 
 def structure_devices(structure: Structure) -> int:
     """Devices of a topology structure: the product of every level's dimensions."""
-    return math.prod(math.prod(dims) for _, dims in structure)
+    return math.prod(math.prod(dims) for _, dims, _ in structure)
 
 
 @memo.cached(maxsize=64)
@@ -40,14 +55,21 @@ def axes(structure: Structure) -> tuple[Axis, ...]:
     devices = structure_devices(structure)
     found: list[Axis] = []
     stride = 1
-    for level, (topology, dims) in enumerate(structure):
+    starts = [1]  # device-id radix where each level starts
+    for _, dims, _ in structure:
+        starts.append(starts[-1] * math.prod(dims))
+    for level, (topology, dims, ports) in enumerate(structure):
         offset = 0
         level_kind = topology_kind(topology)
+        group = stride if ports == "shared_uplink" else 1  # the devices inside one node of this level
+        shared_above = [starts[j] for j in range(level + 1, len(structure)) if structure[j][2] == "shared_uplink"]
         for size in dims:
             if size > 1:
                 kind = level_kind.axis(size)
-                found.append(Axis(level, kind, size, stride, offset))
-                offset += (devices // size) * kind.links(size)
+                copies = devices // size // group
+                exit_stride = shared_above[0] if shared_above and kind.hub else 0
+                found.append(Axis(level, kind, size, stride, offset, group, copies, exit_stride))
+                offset += copies * kind.links(size)
             stride *= size
     return tuple(found)
 
@@ -55,10 +77,9 @@ def axes(structure: Structure) -> tuple[Axis, ...]:
 @memo.cached(maxsize=64)
 def level_link_counts(structure: Structure) -> tuple[int, ...]:
     """Directed links of each level over the whole network (every copy of the level)."""
-    devices = structure_devices(structure)
     counts = [0] * len(structure)
     for axis in axes(structure):
-        counts[axis.level] += (devices // axis.size) * axis.kind.links(axis.size)
+        counts[axis.level] += axis.copies * axis.kind.links(axis.size)
     return tuple(counts)
 
 
@@ -88,12 +109,26 @@ def pair_links(structure: Structure, src: np.ndarray, dst: np.ndarray):
     for axis in axes(structure):
         table = local_table(axis.kind, axis.size)
         local = table[(src // axis.stride) % axis.size, (dst // axis.stride) % axis.size]
+        copy = axis.copy_of(src, dst)
+        if axis.exit_stride:
+            # A flow leaving its group through a shared uplink reaches it through this level's hub (switch): up
+            # from the source in its group, down to the destination in the destination's group — even where
+            # the two sit at the same position of their groups.
+            leaves = src // axis.exit_stride != dst // axis.exit_stride
+            local = local.copy()
+            a, b = (src[leaves] // axis.stride) % axis.size, (dst[leaves] // axis.stride) % axis.size
+            up, down = axis.kind.via_hub(axis.size, a, b)
+            local[leaves] = -1
+            local[leaves, 0] = up
+            down_links = axis.offset + axis.copy_of(dst[leaves], dst[leaves]) * axis.kind.links(axis.size) + down
         valid = local >= 0
-        # Innermost-first dimension order: lower axes already hold the destination's digits, higher axes
-        # still the source's; together they name the copy of this axis the flow travels on.
-        copy = dst % axis.stride + axis.stride * (src // (axis.stride * axis.size))
         flow_idx, hop_idx = np.nonzero(valid)
         link = axis.offset + copy[flow_idx] * axis.kind.links(axis.size) + local[flow_idx, hop_idx]
+        if axis.exit_stride:
+            flow_idx = np.concatenate([flow_idx, np.flatnonzero(leaves)])
+            link = np.concatenate([link, down_links])
+            valid[leaves, 0] = True  # count the down hop with the up hop below
+            hops[axis.level] += leaves
         rows[axis.level].append(flow_idx)
         cols[axis.level].append(link)
         hops[axis.level] += valid.sum(axis=1)

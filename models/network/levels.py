@@ -11,8 +11,17 @@ import numpy as np
 
 from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
-from deepstack.models.network.axes import level_link_counts
+from deepstack.models.network.axes import PORTS, level_link_counts
 from deepstack.models.network.topologies import topology_kind
+
+# When a step's messages count as done (see :class:`NetworkTopology`).
+COMPLETIONS: tuple[str, ...] = ("delivery", "acknowledged")
+
+# Fraction of its bandwidth a shared uplink delivers: its group's devices together inject faster than it drains,
+# so queues fill and lossless flow control pauses the senders in bursts. CALIBRATED, the one network constant
+# that is: docs/calibration.md §11 (set on the 8×8 two-level switch rows of validation/ns3_collectives.csv:
+# all-to-all alone gives 0.955, all-reduce 0.970, all-gather 0.972).
+SHARED_UPLINK_UTILISATION = 0.96
 
 
 def readonly(array: np.ndarray) -> np.ndarray:
@@ -34,6 +43,10 @@ class TopologyLevel:
         packet_bytes: payload bytes per packet, or None for no framing.
         header_bytes: protocol overhead bytes per packet (ignored without ``packet_bytes``).
         label: free text for reports (e.g. "L3 system").
+        ports: who owns this level's links: ``per_device`` (rail-optimised: every device has its own port
+            into the level, e.g. one NIC per GPU) or ``shared_uplink`` (each group of inner devices — one
+            node of this level — has one set of ports that its devices share, e.g. a leaf switch's uplink or a
+            die's UCIe edge). The innermost level's groups are single devices, so there both mean the same.
     """
 
     __hash__ = cached_hash
@@ -46,6 +59,7 @@ class TopologyLevel:
     packet_bytes: int | None = None
     header_bytes: int = 0
     label: str = ""
+    ports: str = "per_device"
 
     def __post_init__(self) -> None:
         want = topology_kind(self.topology).dimensions
@@ -59,6 +73,8 @@ class TopologyLevel:
             raise ValueError(f"packet_bytes must be ≥ 1 or None, got {self.packet_bytes!r}")
         if self.header_bytes < 0:
             raise ValueError(f"header_bytes must be ≥ 0, got {self.header_bytes!r}")
+        if self.ports not in PORTS:
+            raise ValueError(f"ports must be one of {', '.join(PORTS)}, got {self.ports!r}")
 
     @property
     def size(self) -> int:
@@ -86,16 +102,26 @@ def framed_bytes(payload_B: np.ndarray, packet_bytes: int | None, header_bytes: 
 
 @dataclass(frozen=True)
 class NetworkTopology:
-    """A hierarchical network, innermost level first; ``devices`` = product of the level sizes."""
+    """A hierarchical network, innermost level first; ``devices`` = product of the level sizes.
+
+    ``completion`` says when a step of a collective may start after the previous one: at ``delivery`` (the
+    last byte has arrived: one path latency, the usual model of on-chip networks and NCCL-style protocols) or
+    when the messages are ``acknowledged`` (the receiver learns its data is complete only when the sender's
+    transport has the last acknowledgement back: two path latencies per dependent step, as ASTRA-sim's NS-3
+    backend reports a message only when its RDMA queue pair completes).
+    """
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
 
     levels: tuple[TopologyLevel, ...]
+    completion: str = "delivery"
 
     def __post_init__(self) -> None:
         if not self.levels:
             raise ValueError("a network needs at least one level")
+        if self.completion not in COMPLETIONS:
+            raise ValueError(f"completion must be one of {', '.join(COMPLETIONS)}, got {self.completion!r}")
 
     @functools.cached_property
     def devices(self) -> int:
@@ -103,8 +129,9 @@ class NetworkTopology:
 
     @functools.cached_property
     def structure(self) -> tuple[tuple[str, tuple[int, ...]], ...]:
-        """Topology and dims of each level: all that routing depends on (the memoisation key of routes)."""
-        return tuple((level.topology, tuple(level.dims)) for level in self.levels)
+        """Topology, dims and port ownership of each level: all that routing depends on (the memoisation key of
+        routes)."""
+        return tuple((level.topology, tuple(level.dims), level.ports) for level in self.levels)
 
     @functools.cached_property
     def framing(self) -> tuple[tuple[int | None, int], ...]:
@@ -113,12 +140,27 @@ class NetworkTopology:
 
     @functools.cached_property
     def hop_latencies_s(self) -> tuple[float, ...]:
-        return tuple(level.hop_latency_s for level in self.levels)
+        """What one hop of each level adds to a dependent step: δ, or 2δ when steps wait for acknowledgements
+        (the acknowledgement crosses the same hops back)."""
+        trips = 2.0 if self.completion == "acknowledged" else 1.0
+        return tuple(trips * level.hop_latency_s for level in self.levels)
+
+    @functools.cached_property
+    def level_bw_Bps(self) -> tuple[float, ...]:
+        """The bandwidth one link of each level delivers, B/s: its nominal bandwidth, times
+        :data:`SHARED_UPLINK_UTILISATION` where a group of several devices shares the level's ports (its senders
+        together can fill it faster than it drains; per-device ports are paced by their own sender)."""
+        delivered, group = [], 1
+        for level in self.levels:
+            shared = level.ports == "shared_uplink" and group > 1
+            delivered.append(level.link_bw_Bps * (SHARED_UPLINK_UTILISATION if shared else 1.0))
+            group *= level.size
+        return tuple(delivered)
 
     @functools.cached_property
     def link_bw_column(self) -> np.ndarray:
-        """Each level's link bandwidth, B/s, as a (levels × 1) column (to divide per-level loads by)."""
-        return readonly(np.array([[level.link_bw_Bps] for level in self.levels]))
+        """Each level's delivered link bandwidth, B/s, as a (levels × 1) column (to divide per-level loads by)."""
+        return readonly(np.array([[bw] for bw in self.level_bw_Bps]))
 
     @functools.cached_property
     def level_links(self) -> tuple[int, ...]:
@@ -159,9 +201,11 @@ def _from_schema(network) -> NetworkTopology:
                 packet_bytes=level.packet_bytes,
                 header_bytes=int(level.header_bytes),
                 label=level.label,
+                ports=getattr(level, "ports", "per_device"),
             )
             for level in levels
-        )
+        ),
+        completion=getattr(network, "completion", "delivery"),
     )
 
 

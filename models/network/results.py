@@ -78,10 +78,10 @@ def level_loads(topology: NetworkTopology, link_bytes: Sequence[np.ndarray], tim
 def summarise_levels(topology: NetworkTopology, peaks, totals, time_s: float) -> tuple[LevelLoad, ...]:
     """Per-level loads from each level's busiest-link bytes and total bytes over an elapsed time."""
     loads = []
-    for index, (level, n_links, peak, total) in enumerate(
-        zip(topology.levels, topology.level_links, peaks, totals, strict=True)
+    for index, (level, bw, n_links, peak, total) in enumerate(
+        zip(topology.levels, topology.level_bw_Bps, topology.level_links, peaks, totals, strict=True)
     ):
-        busy = 1.0 / (level.link_bw_Bps * time_s) if time_s > 0 else 0.0
+        busy = 1.0 / (bw * time_s) if time_s > 0 else 0.0
         mean = total / n_links * busy if n_links else 0.0
         loads.append(LevelLoad(index, level.label, n_links, float(total), float(peak), peak * busy, mean))
     return tuple(loads)

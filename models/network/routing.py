@@ -81,7 +81,7 @@ def _finish(topology: NetworkTopology, link_bytes, latency_s: float, flows: int,
     if peaks is None:
         peaks = [float(links.max()) if links.size else 0.0 for links in link_bytes]
         totals = [float(links.sum()) if links.size else 0.0 for links in link_bytes]
-    congestion = max(peak / level.link_bw_Bps for level, peak in zip(topology.levels, peaks, strict=True))
+    congestion = max(peak / bw for bw, peak in zip(topology.level_bw_Bps, peaks, strict=True))
     time = latency_s + congestion
     loads = summarise_levels(topology, peaks, totals, time)
     result = NetworkResult(time, latency_s, congestion, float(max(peaks)), flows, loads)

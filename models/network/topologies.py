@@ -41,6 +41,7 @@ class Topology:
 
     name: str = ""
     dimensions: int = 1
+    hub: bool = False  # a level built around one switch, through which flows reach a shared outer uplink
 
     @classmethod
     def axis(cls, size: int) -> type[Topology]:
@@ -134,7 +135,9 @@ def topology_kind(name: str) -> type[Topology]:
 @_built_in("switch")
 class Switch(Topology):
     """One switch: node→switch uplink + switch→node downlink (2 hops; uplink of a is link a, downlink to b is
-    link n + b)."""
+    link n + b). It is the hub of its group: flows to a shared uplink of an outer level pass through it."""
+
+    hub = True
 
     @classmethod
     def links(cls, n: int) -> int:
@@ -148,12 +151,18 @@ class Switch(Topology):
     def node_ports(cls, n: int) -> int:
         return 1
 
+    @classmethod
+    def via_hub(cls, n: int, a, b):
+        """Local ids of the uplink from position ``a`` and the downlink to position ``b`` (arrays welcome)."""
+        return a, n + b
+
 
 @_built_in("ring")
 class Ring(Topology):
-    """The shorter way round; on a tie (even n, exactly half-way) an even source goes up, an odd one down, which
-    keeps both directions equally loaded under all-to-all. Up link leaving i is i, down link leaving i is n + i.
-    A ring of two nodes is a chain (one link per direction)."""
+    """The shorter way round; on a tie (even n, exactly half-way) the up direction, as dimension-order torus
+    routers and ASTRA-sim's NS-3 reference resolve it (under all-to-all the up links then carry more than the
+    down links: on a ring of 4 each up link carries 3 of every source's per-destination messages, not 2). Up
+    link leaving i is i, down link leaving i is n + i. A ring of two nodes is a chain (one link per direction)."""
 
     @classmethod
     def axis(cls, size: int) -> type[Topology]:
@@ -167,7 +176,7 @@ class Ring(Topology):
     def path(cls, n: int, a: int, b: int) -> list[int]:
         forward = (b - a) % n
         backward = n - forward
-        if forward < backward or (forward == backward and a % 2 == 0):
+        if forward <= backward:
             return [(a + k) % n for k in range(forward)]
         return [n + (a - k) % n for k in range(backward)]
 
