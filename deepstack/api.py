@@ -190,19 +190,23 @@ def _numbers(value: str | None, what: str, kind=float) -> list:
 
 def collective(*, op: str, bytes_per_rank: float, topology: str | None = None, dims: str | None = None,
                link_bw_GBps: str | None = None, hop_latency_ns: str | None = None, algorithm: str = "auto",
-               packet_bytes: str | None = None, header_bytes: str | None = None,
-               noc: str | None = None) -> dict[str, Any]:
+               packet_bytes: str | None = None, header_bytes: str | None = None, ports: str | None = None,
+               completion: str = "delivery", noc: str | None = None) -> dict[str, Any]:
     """One collective over every device of a flat or hierarchical topology (or a catalog NoC)."""
     if op not in collectives.OPS:
         raise UserInputError(f"--op: must be one of {', '.join(collectives.OPS)} (got {op!r})")
     if not (math.isfinite(bytes_per_rank) and bytes_per_rank > 0):
         raise UserInputError(f"--bytes: must be a positive number of bytes per rank (got {bytes_per_rank!r})")
+    if completion not in network.COMPLETIONS:
+        raise UserInputError(f"--completion: must be one of {', '.join(network.COMPLETIONS)} (got {completion!r})")
     if noc is not None:
-        if topology is not None:
-            raise UserInputError("--noc replaces --topology/--dims/--link-bw-GBps/--hop-latency-ns; give one")
+        if topology is not None or ports is not None:
+            raise UserInputError("--noc replaces --topology/--dims/--link-bw-GBps/--hop-latency-ns/--ports; give one")
         topo = network.NetworkTopology.from_schema(catalog.load("nocs", noc))
+        topo = network.NetworkTopology(topo.levels, completion) if completion != "delivery" else topo
     else:
-        topo = _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes)
+        topo = _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes,
+                                    ports, completion)
     result = collectives.collective_time(op, bytes_per_rank, tuple(range(topo.devices)), topo, algorithm)
     return {
         "op": op, "algorithm": result.algorithm, "detail": result.detail, "bytes_per_rank": bytes_per_rank,
@@ -218,7 +222,8 @@ def collective(*, op: str, bytes_per_rank: float, topology: str | None = None, d
     }
 
 
-def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes):
+def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes, ports,
+                         completion):
     kinds = _split(topology, "--topology")
     if not kinds:
         raise UserInputError("--topology: required (e.g. ring, torus, or switch,switch) unless --noc is given")
@@ -227,11 +232,12 @@ def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_by
     lats = _numbers(hop_latency_ns, "--hop-latency-ns")
     packets = _numbers(packet_bytes, "--packet-bytes", int)
     headers = _numbers(header_bytes, "--header-bytes", int)
+    owners = _split(ports, "--ports")
     n = len(kinds)
     for what, values in (("--dims", shapes), ("--link-bw-GBps", bws), ("--hop-latency-ns", lats)):
         if len(values) != n:
             raise UserInputError(f"{what}: give {n} value(s), one per --topology level (got {len(values)})")
-    for what, values in (("--packet-bytes", packets), ("--header-bytes", headers)):
+    for what, values in (("--packet-bytes", packets), ("--header-bytes", headers), ("--ports", owners)):
         if values and len(values) not in (1, n):
             raise UserInputError(f"{what}: give 1 or {n} value(s)")
     levels = []
@@ -242,10 +248,12 @@ def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_by
             data["packet_bytes"] = packets[i if len(packets) == n else 0]
         if headers:
             data["header_bytes"] = headers[i if len(headers) == n else 0]
+        if owners:
+            data["ports"] = owners[i if len(owners) == n else 0]
         level = validate(NetworkLevel, data, origin=f"level {i + 1}")
         levels.append(network.TopologyLevel(level.topology, level.dims, level.link_bw_Bps, level.hop_latency_s,
-                                            level.packet_bytes, level.header_bytes))
-    return network.NetworkTopology(tuple(levels))
+                                            level.packet_bytes, level.header_bytes, ports=level.ports))
+    return network.NetworkTopology(tuple(levels), completion)
 
 
 def run_optimize(*, objective: str, model: str | None, phase: str | None, batch: int | None,
@@ -311,3 +319,19 @@ def run_compare(*, study: str, storage: str | None, sweep_dir: str) -> dict[str,
     from deepstack.search.compare import compare
 
     return compare(study=study, storage=storage or f"sqlite:///studies/{study}.db", sweep_dir=sweep_dir)
+
+
+def network_accuracy(*, plot: str | None = None) -> dict[str, Any]:
+    """The network model against the packet-level reference (``validation/ns3_collectives.csv``); with ``plot``,
+    also a PNG of every panel written there (its folder must exist)."""
+    from pathlib import Path
+
+    from deepstack.accuracy import network as accuracy
+
+    if plot is not None and not Path(plot).parent.is_dir():
+        raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+    result = accuracy.network_accuracy()
+    data = result.as_dict()
+    if plot is not None:
+        data["plot"] = str(accuracy.plot(result, plot))
+    return data

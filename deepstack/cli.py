@@ -167,6 +167,12 @@ def collective(
         ("auto", *(name for op in collectives.OPS for name in collectives.algorithms(op))))))] = "auto",
     packet_bytes: Annotated[str | None, typer.Option(help="Payload bytes per packet, per level.")] = None,
     header_bytes: Annotated[str | None, typer.Option(help="Header bytes per packet, per level.")] = None,
+    ports: Annotated[str | None, typer.Option(
+        help="Per level, who owns its links: per_device (rail-optimised, the default) or shared_uplink (one "
+        "uplink per group of inner devices, e.g. a leaf switch's).")] = None,
+    completion: Annotated[str, typer.Option(
+        help="When a step may start: delivery (of the last byte) or acknowledged (two path latencies per step, "
+        "as RDMA completions and ASTRA-sim's NS-3 backend report it).")] = "delivery",
     noc: Annotated[str | None, typer.Option(help="A catalog NoC instead of the topology flags.")] = None,
     json_out: JsonFlag = False,
 ) -> None:
@@ -177,7 +183,8 @@ def collective(
     """
     result = api.collective(op=op, bytes_per_rank=bytes_per_rank, topology=topology, dims=dims,
                             link_bw_GBps=link_bw_GBps, hop_latency_ns=hop_latency_ns, algorithm=algorithm,
-                            packet_bytes=packet_bytes, header_bytes=header_bytes, noc=noc)
+                            packet_bytes=packet_bytes, header_bytes=header_bytes, ports=ports,
+                            completion=completion, noc=noc)
     if json_out:
         report.print_json(result)
         return
@@ -367,6 +374,45 @@ def study_report(
     missing = [s["study"] for s in result["studies"] if s["status"] != "finished"]
     report.console.print(f"wrote {result['to']}: {result['finished']} of {len(result['studies'])} studies"
                          + (f"; not run yet: {', '.join(missing)}" if missing else ""))
+
+
+accuracy_app = typer.Typer(help="Check the models against measured or simulated reference data (validation/).",
+                           no_args_is_help=True)
+app.add_typer(accuracy_app, name="accuracy")
+
+
+@accuracy_app.command("network")
+def accuracy_network(
+    plot: Annotated[str | None, typer.Option(help="Write a PNG of every panel (log-log time vs bytes) here.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Compare the collective model with ASTRA-sim NS-3 simulations (validation/ns3_collectives.csv): weighted and
+    median error per topology family, per panel and per payload size. A report: exits 0 whatever the errors.
+
+    Example: deepstack accuracy network --plot network-accuracy.png
+    """
+    result = api.network_accuracy(plot=plot)
+    if json_out:
+        report.print_json(result)
+        return
+    no_reference = result["no_reference"]
+    report.console.print(f"reference {result['reference']}: {result['rows_total']} rows, "
+                         f"{result['rows_with_reference']} with a simulated time", markup=False, highlight=False)
+    report.console.print("weighted = Σ|model − ref| / Σ ref over the rows (the paper's metric); "
+                         "median = the median row's |model − ref| / ref", markup=False, highlight=False)
+    report.table("error per topology family (%)",
+                 [{"family": family, **score} for family, score in result["families"].items()],
+                 ["family", "weighted_pct", "median_pct", "rows"])
+    report.table("error per panel", result["panels"],
+                 ["topology", "dims", "collective", "algorithm", "weighted_pct", "median_pct", "rows"])
+    report.table("error per payload size (per row, %)", result["sizes"],
+                 ["family", "size", "payload", "rows", "median_pct", "worst_pct"])
+    if no_reference:
+        report.table("no reference (evaluated, not scored)", no_reference)
+    if result["failures"]:
+        report.table(f"failures: the model raised on {len(result['failures'])} rows", result["failures"])
+    if plot is not None:
+        report.console.print(f"plot: {result['plot']}", markup=False, highlight=False)
 
 
 def _fail(message: str) -> int:
