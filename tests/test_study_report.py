@@ -153,3 +153,46 @@ def test_a_corrupt_run_record_is_a_one_line_error_naming_it(cli, out_root, tmp_p
 def test_a_missing_out_root_is_a_one_line_error_naming_it(cli, tmp_path):
     missing = tmp_path / "nowhere"
     assert_user_error(_report(cli, missing, tmp_path / "RESULTS.md"), str(missing))
+
+
+def _recipes_with_changes(tmp_path: Path, changes: str) -> Path:
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    for path in [*STUDIES.glob("*.toml"), STUDIES / "README.md"]:
+        shutil.copy(path, recipes / path.name)
+    (recipes / "changes").mkdir()
+    (recipes / "changes" / "results.toml").write_text(changes)
+    return recipes
+
+
+def test_the_page_lists_what_changed_since_the_last_results(cli, tmp_path):
+    recipes = _recipes_with_changes(tmp_path, '''since = "the results of 1 Dec"
+[[change]]
+study = "thermal"
+figure = "designs above 85 °C"
+before = "0 of 1,881"
+after = "412 of 1,881"
+why = "energy per FLOP from board anchors"
+''')
+    (tmp_path / "runs").mkdir()
+    page = tmp_path / "RESULTS.md"
+    done = cli("study", "report", "--recipes", str(recipes), "--out-root", str(tmp_path / "runs"), "--to", str(page))
+    assert done.code == 0, done.err
+    section = _sections(page.read_text())["What changed since the last results"]
+    assert "Since the results of 1 Dec." in section
+    assert ("| [thermal](#thermal) | designs above 85 °C | 0 of 1,881 | 412 of 1,881 | energy per FLOP from board "
+            "anchors |") in section
+
+
+@pytest.mark.parametrize(("changes", "needle"), [
+    ('[[change]]\nstudy = "nope"\nfigure = "f"\nbefore = "1"\nafter = "2"\nwhy = "w"\n', "study must be one of"),
+    ('[[change]]\nstudy = "thermal"\nfigure = ""\nbefore = "1"\nafter = "2"\nwhy = "w"\n', "figure"),
+    ("[[change]\n", "not a readable changes file"),
+])
+def test_a_bad_changes_file_is_a_one_line_error_naming_it(cli, tmp_path, changes, needle):
+    recipes = _recipes_with_changes(tmp_path, changes)
+    (tmp_path / "runs").mkdir()
+    done = cli("study", "report", "--recipes", str(recipes), "--out-root", str(tmp_path / "runs"),
+               "--to", str(tmp_path / "RESULTS.md"))
+    assert_user_error(done, "results.toml", needle)
+    assert not (tmp_path / "RESULTS.md").exists()

@@ -27,6 +27,8 @@ DEFAULT_OUT_ROOT = "studies/out"
 DEFAULT_PAGE = "studies/RESULTS.md"
 FIGURE_SUFFIXES = (".png", ".svg", ".html")
 MISSING_CELL = "–"  # a null cell of a key table: a value the row lacks, or NaN
+CHANGES_FILE = "changes/results.toml"  # under the recipes folder: what moved since the last results, and why
+CHANGE_FIELDS = ("study", "figure", "before", "after", "why")
 
 
 @dataclass
@@ -165,7 +167,48 @@ def _run_command(run: StudyRun, out_root: Path, quick: bool) -> str:
     return command + (" --quick" if quick else "")
 
 
-def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, generated_at: str) -> str:
+def load_changes(path: Path, studies: list[str]) -> tuple[str, list[dict[str, str]]]:
+    """``(since, entries)`` of a changes file: what moved since the previous results page, per study.
+
+    Its figures are typed, from the two runs' key tables (the page says so); a missing file is no changes. Every
+    entry names a recipe and gives ``figure``, ``before``, ``after`` and ``why``.
+    """
+    if not path.is_file():
+        return "", []
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UserInputError(f"{path}: not a readable changes file ({exc})") from None
+    entries = data.get("change", [])
+    if not isinstance(data.get("since", ""), str) or not isinstance(entries, list):
+        raise UserInputError(f"{path}: needs since = \"...\" and [[change]] tables")
+    for number, entry in enumerate(entries, 1):
+        bad = [f for f in CHANGE_FIELDS if not isinstance(entry.get(f), str) or not entry.get(f).strip()]
+        if bad:
+            raise UserInputError(f"{path}: change {number}: {', '.join(bad)} must be non-empty text")
+        if entry["study"] not in studies:
+            raise UserInputError(f"{path}: change {number}: study must be one of {', '.join(studies)} "
+                                 f"(got {entry['study']!r})")
+    return data.get("since", ""), entries
+
+
+def render_changes(since: str, entries: list[dict[str, str]], source: str) -> list[str]:
+    """The "what changed since the last results" section (empty without entries)."""
+    if not entries:
+        return []
+    lines = ["## What changed since the last results", "",
+             f"Since {since}. The figures are typed from the two runs' key tables in `{source}`; the tables "
+             "below are the current runs'.", "",
+             "| study | key figure | before | after | why |", "|---|---|---|---|---|"]
+    lines += [f"| [{e['study']}](#{_slug(e['study'])}) | {e['figure']} | {e['before']} | {e['after']} | {e['why']} |"
+              for e in entries]
+    return [*lines, ""]
+
+
+def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, generated_at: str,
+           changes: list[str] = ()) -> str:
     page_dir = page.parent
     finished = [r for r in runs if r.record]
     root = relative(out_root, page_dir)
@@ -196,6 +239,7 @@ def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, genera
         total = sum(r.record["wall_s"] for r in finished)
         lines.append(f"| total | {duration(total)} | {sum(r.record['rows'] for r in finished)} | | |")
     lines.append("")
+    lines += changes
 
     for run in runs:
         lines += [f"## {run.name}", "", f"**Question.** {run.question}", ""]
@@ -228,8 +272,11 @@ def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = D
     if page.is_dir():
         raise UserInputError(f"--to {page}: is a folder; give the Markdown file to write, e.g. {DEFAULT_PAGE}")
     runs = collect(recipes, out_root, quick)
+    changes_path = Path(recipes) / CHANGES_FILE
+    since, entries = load_changes(changes_path, [r.name for r in runs]) if not quick else ("", [])
     generated_at = utc_now()
-    text = render(runs, page, out_root, quick, generated_at)
+    text = render(runs, page, out_root, quick, generated_at,
+                  render_changes(since, entries, relative(changes_path, page.parent)))
     try:
         page.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomically(page, text)
