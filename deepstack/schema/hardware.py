@@ -80,6 +80,20 @@ class DramTiming(Frozen):
         return units.ns_to_s(self.access_latency_ns)
 
 
+# DRAM access energy in two parts (docs/calibration.md §3), so a full-row stream pays one activation per row
+# while a random access pays one per transaction
+TRANSFER_DOC = "energy per bit moved between the banks and the logic die (column access, data path, I/O)"
+ACTIVATION_DOC = "energy of opening a row (activate + precharge), per bit of the row; paid once per row opened"
+
+
+def _reject_single_energy(data):
+    """Name the replacement of the former single per-bit figure instead of a bare 'extra input' error."""
+    if isinstance(data, dict) and "energy_pJ_per_bit" in data:
+        raise ValueError("energy_pJ_per_bit is split into transfer_pJ_per_bit and activation_pJ_per_row_bit "
+                         "(docs/calibration.md §3)")
+    return data
+
+
 class Stacked3DDram(Frozen):
     """3D-stacked DRAM over the logic die: m stacked layers (capacity, heat), n ≤ m connected (bandwidth)."""
 
@@ -93,7 +107,13 @@ class Stacked3DDram(Frozen):
     connectivity: Literal["direct", "interleaved"] = "direct"
     interleave_ways: int = Field(4, ge=1, le=64, description="banks sharing one channel when interleaved")
     timing: DramTiming
-    energy_pJ_per_bit: float = Field(gt=0, le=1000)
+    transfer_pJ_per_bit: float = Field(gt=0, le=1000, description=TRANSFER_DOC)
+    activation_pJ_per_row_bit: float = Field(ge=0, le=1000, description=ACTIVATION_DOC)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_energy(cls, data):
+        return _reject_single_energy(data)
 
     @model_validator(mode="after")
     def _n_le_m(self) -> Stacked3DDram:
@@ -128,7 +148,13 @@ class HBMDram(Frozen):
     banks_per_stack: int = Field(ge=1, le=65536, description="channels × pseudo-channels × banks")
     row_bytes: int = Field(ge=32, le=65536)
     timing: DramTiming
-    energy_pJ_per_bit: float = Field(gt=0, le=1000)
+    transfer_pJ_per_bit: float = Field(gt=0, le=1000, description=TRANSFER_DOC)
+    activation_pJ_per_row_bit: float = Field(ge=0, le=1000, description=ACTIVATION_DOC)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_energy(cls, data):
+        return _reject_single_energy(data)
 
     @property
     def capacity_B(self) -> float:

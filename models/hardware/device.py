@@ -33,7 +33,8 @@ class DramSpec:
     refresh_availability: float  # 1 − tRFC/tREFI: the share of time banks are not refreshing
     access_latency_s: float
     interleave_ways: int  # 1 = direct-attached banks
-    energy_J_per_B: float
+    transfer_J_per_B: float  # every byte moved between the banks and the logic die (docs/calibration.md §3)
+    activation_J_per_row: float  # every row opened: activate + precharge of row_B bytes of bitlines
 
     @property
     def bank_bw_Bps(self) -> float:
@@ -70,6 +71,7 @@ class DeviceSpec:
     target_c: float = field(compare=False)
     hard_limit_c: float = field(compare=False)
     device_area_mm2: float = field(compare=False)
+    process_nm: int = 7  # sets the energy per operation (models/power.py); compared, as the energies are keyed on it
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -135,7 +137,8 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,
         row_overhead_s=dram.timing.row_cycle_overhead_s, access_latency_s=dram.timing.access_latency_s,
         refresh_availability=dram.timing.refresh_availability, interleave_ways=interleave_ways,
-        energy_J_per_B=dram.energy_pJ_per_bit * 8e-12,
+        transfer_J_per_B=dram.transfer_pJ_per_bit * 8e-12,
+        activation_J_per_row=dram.activation_pJ_per_row_bit * dram.row_bytes * 8e-12,
     )
     l1_KiB = sram.l1_KiB if sram and sram.l1_KiB else chip.pe.l1_KiB
     l1_bw = chip.pe.l1_bw_B_per_cycle * (sram.l1_bw_scale if sram else 1.0)
@@ -165,5 +168,5 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         l1_bw_B_per_cycle=l1_bw, l2_B=l2_MiB * 1024**2, l2_bw_B_per_cycle=d.l2_bw_B_per_cycle,
         min_tile=(chip.pe.min_tile.m, chip.pe.min_tile.n, chip.pe.min_tile.k), wgmma=chip.pe.wgmma, dram=dram_spec,
         tdp_W=chip.tdp_W, area=breakdown, ambient_c=chip.thermal.ambient_c, target_c=chip.thermal.target_c,
-        hard_limit_c=chip.thermal.hard_limit_c, device_area_mm2=d.area_mm2,
+        hard_limit_c=chip.thermal.hard_limit_c, device_area_mm2=d.area_mm2, process_nm=chip.process_nm,
     )

@@ -153,3 +153,19 @@ def wave_dram_time_s(dram: DramSpec, bytes_B, in_flight_B, l1_fill_Bps, bank_s):
     little = little_bw_Bps(np.maximum(in_flight_B, 1.0), dram.access_latency_s)
     bounded = np.maximum(bank_s, bytes_B / np.minimum(np.minimum(dram.peak_bw_Bps, little), l1_fill_Bps))
     return np.where(np.asarray(bytes_B) > 0, bounded, 0.0)[()]
+
+
+def access_energy_J(dram: DramSpec, bytes_B: float, transaction_B: float) -> float:
+    """Energy (J) of moving ``bytes_B`` in ``transaction_B``-byte transactions (docs/calibration.md §3): every byte
+    pays the transfer, every transaction opens the ⌈s / row⌉ rows it touches. A full-row stream opens one row per
+    row of data (row-buffer hits amortise the activation); a random 32-byte access opens a whole row for 32 bytes."""
+    if bytes_B <= 0:
+        return 0.0
+    size = max(1.0, min(transaction_B, bytes_B))
+    rows_opened = math.ceil(bytes_B / size) * math.ceil(size / dram.row_B)
+    return bytes_B * dram.transfer_J_per_B + rows_opened * dram.activation_J_per_row
+
+
+def stream_energy_J_per_B(dram: DramSpec) -> float:
+    """Energy per byte of a full-row stream: the transfer plus one activation per row."""
+    return dram.transfer_J_per_B + dram.activation_J_per_row / dram.row_B
