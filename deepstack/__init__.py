@@ -86,7 +86,8 @@ def evaluate(point: DesignPoint | None = None, /, *, model: str | None = None, p
              chip: str | None = None, noc: str | None = None, system: str | None = None,
              stacked_layers: int | None = None, connected_layers: int | None = None, parallel: str | None = None,
              objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
-             overlap: bool = True) -> Report:
+             overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
+             max_temp_c: float | None = None) -> Report:
     """Evaluate one design point and return its typed, immutable :class:`Report`.
 
     Either pass a :class:`DesignPoint`, or describe the point with keywords as the ``deepstack evaluate``
@@ -100,6 +101,8 @@ def evaluate(point: DesignPoint | None = None, /, *, model: str | None = None, p
     ``with_ttft`` also times the prefill of a decode scenario (``metrics.ttft_s``; NaN otherwise),
     ``breakdown=False`` leaves out the per-operator breakdown (``report.breakdown`` is None), and
     ``overlap=False`` serialises every collective with its GEMM (no eq. 5 overlap, no FSDP prefetch).
+    ``prefill_chunk_tokens`` is the prefill token budget per step (default: chunked prefill as vLLM runs it),
+    ``ambient_c`` the coolant temperature and ``max_temp_c`` the junction limit (default: the chip's).
 
     Units are in the field names: ``report.metrics.ttft_s`` (s), ``.stps`` (tokens/s, the whole system),
     ``.power_w`` (W), ``.temperature_c`` (°C), ``.frequency_ghz`` (GHz). Every part is also a read-only
@@ -119,7 +122,8 @@ def evaluate(point: DesignPoint | None = None, /, *, model: str | None = None, p
     return api.evaluate(model=model, phase=phase, batch=batch, input_len=input_len, output_len=output_len,
                         precision=precision, chip=chip, noc=noc, system=system, stacked_layers=stacked_layers,
                         connected_layers=connected_layers, parallel=parallel, objective=objective,
-                        with_ttft=with_ttft, breakdown=breakdown, overlap=overlap)
+                        with_ttft=with_ttft, breakdown=breakdown, overlap=overlap,
+                        prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
 
 
 def best_schedules(point: DesignPoint, objective: str = "stps"):

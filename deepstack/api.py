@@ -96,6 +96,33 @@ def show_preset(name: str) -> tuple[str, dict[str, Any]]:
     return kind, {"kind": catalog.KINDS[kind], "summary": _ROWS[kind](obj), "preset": obj.model_dump(mode="json")}
 
 
+def with_prefill_chunk(scenario: Scenario, prefill_chunk_tokens: int | None) -> Scenario:
+    """``scenario`` with its prefill token budget per step set (None keeps the scenario's; unset, each schedule
+    gets vLLM's default halved until it fits in memory)."""
+    if prefill_chunk_tokens is None:
+        return scenario
+    return validate(Scenario, {**scenario.model_dump(), "prefill_chunk_tokens": prefill_chunk_tokens},
+                    origin="--prefill-chunk-tokens")
+
+
+def with_cooling(scenario: Scenario, ambient_c: float | None, max_temp_c: float | None) -> Scenario:
+    """``scenario`` in the cooling environment of the flags (None keeps the scenario's, else the chip's)."""
+    for flag, key, value in (("--ambient-c", "ambient_c", ambient_c), ("--max-temp-c", "max_temp_c", max_temp_c)):
+        if value is not None:
+            fields = {name: getattr(scenario, name) for name in Scenario.model_fields}
+            scenario = validate(Scenario, {**fields, key: value}, origin=flag)
+    return scenario
+
+
+def _check_cooling(space: str | None, scenario: Scenario) -> None:
+    """Refuse, before a search starts, an ambient at or above a chip's limit (one line naming the flag)."""
+    from deepstack.models.design import cooled
+    from deepstack.search.space import load_space
+
+    for chip in load_space(space).hardware.chips:
+        cooled(catalog.load("chips", chip), scenario.ambient_c, scenario.max_temp_c)
+
+
 def validate_file(path: str) -> dict[str, Any]:
     """Validate any schema file; returns its kind, name and normalised content."""
     obj = load_file(path)
@@ -106,14 +133,17 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
              precision: str | None = None, chip: str | None = None, noc: str | None = None,
              system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
              parallel: str | None = None, objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
-             overlap: bool = True) -> Report:
+             overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
+             max_temp_c: float | None = None) -> Report:
     """Evaluate one design point described as the CLI's flags describe it; see :func:`deepstack.evaluate`.
 
     Without ``parallel`` on a multi-device network the best schedule by ``objective`` is searched (the report
     then carries the search's summary). Raises ``UserInputError`` for bad input and for a request that cannot
     fit (memory), naming the field.
     """
-    scenario = build_scenario(model, phase, batch, input_len, output_len, precision)
+    scenario = with_prefill_chunk(build_scenario(model, phase, batch, input_len, output_len, precision),
+                                  prefill_chunk_tokens)
+    scenario = with_cooling(scenario, ambient_c, max_temp_c)
     if system and (chip or noc):
         raise UserInputError("--system replaces --chip and --noc; give one or the other")
     if system:
@@ -144,7 +174,7 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
 def strategies(*, devices: int, model: str | None = None, phase: str = "decode", batch: int = 1,
                input_len: int = 1024, output_len: int = 1024, precision: str | None = None,
                chip: str | None = None, stacked_layers: int | None = None,
-               connected_layers: int | None = None) -> dict[str, Any]:
+               connected_layers: int | None = None, prefill_chunk_tokens: int | None = None) -> dict[str, Any]:
     """Parallel strategies for ``devices`` devices: all of them, or (with a model) those that survive the
     pruning rules, and (with a chip) the memory check."""
     if not 1 <= devices <= 1 << 20:
@@ -153,7 +183,8 @@ def strategies(*, devices: int, model: str | None = None, phase: str = "decode",
         kept = enumerate_strategies(devices)
         pruned: dict[str, int] = {}
     else:
-        scenario = build_scenario(model, phase, batch, input_len, output_len, precision)
+        scenario = with_prefill_chunk(build_scenario(model, phase, batch, input_len, output_len, precision),
+                                      prefill_chunk_tokens)
         capacity = None
         if chip is not None:
             dev = resolve_device(catalog.load("chips", chip), stacked_layers, connected_layers)
@@ -259,19 +290,24 @@ def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_by
 def run_optimize(*, objective: str, model: str | None, phase: str | None, batch: int | None,
                  input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
                  sampler: str, trials: int, study: str, storage: str | None, seed: int | None, workers: int,
-                 out: str | None, progress=None) -> dict[str, Any]:
+                 out: str | None, progress=None, prefill_chunk_tokens: int | None = None,
+                 ambient_c: float | None = None, max_temp_c: float | None = None) -> dict[str, Any]:
     """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario."""
     from deepstack.search import optimize as opt
 
     objectives = opt.parse_objectives(objective)
-    scenario = _scenario_or_space(space, model, phase, batch, input_len, output_len, precision)
+    scenario = with_prefill_chunk(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
+                                  prefill_chunk_tokens)
+    scenario = with_cooling(scenario, ambient_c, max_temp_c)
+    _check_cooling(space, scenario)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress)
     return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,
             "objectives": result.objectives, "wall_s": result.wall_s, "files": result.files,
             "scenario": {"model": scenario.model.name, "phase": scenario.phase, "batch": scenario.batch,
                          "input_len": scenario.input_len, "output_len": scenario.output_len,
-                         "precision": str(scenario.precision)},
+                         "precision": str(scenario.precision), "ambient_c": scenario.ambient_c,
+                         "max_temp_c": scenario.max_temp_c},
             "pareto": result.pareto}
 
 
@@ -293,18 +329,23 @@ def _scenario_or_space(space: str | None, model, phase, batch, input_len, output
 
     return build_scenario(given(model, first.model.name), given(phase, first.phase), given(batch, first.batch),
                           given(input_len, first.input_len), given(output_len, first.output_len),
-                          given(precision, str(first.precision) if model is None else None))
+                          given(precision, str(first.precision) if model is None else None)
+                          ).with_cooling(first.ambient_c, first.max_temp_c)
 
 
 def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None, batch: int | None,
               input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
               workers: int | None, out: str | None, backend: str = "local",
-              scheduler: str | None = None) -> dict[str, Any]:
+              scheduler: str | None = None, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
+              max_temp_c: float | None = None) -> dict[str, Any]:
     from deepstack.search import optimize as opt
     from deepstack.search import sweep as sw
 
     objectives = opt.parse_objectives(objective)
-    scenario = _scenario_or_space(space, model, phase, batch, input_len, output_len, precision)
+    scenario = with_prefill_chunk(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
+                                  prefill_chunk_tokens)
+    scenario = with_cooling(scenario, ambient_c, max_temp_c)
+    _check_cooling(space, scenario)
     folder = out or f"studies/sweep-{mode}"
     result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
                       workers=workers, with_ttft="ttft" in objectives, backend=backend, scheduler=scheduler)

@@ -30,6 +30,14 @@ SpaceBatch = Annotated[int | None, typer.Option(help="Requests served together."
 SpaceInputLen = Annotated[int | None, typer.Option(help="Prompt tokens per request.")]
 SpaceOutputLen = Annotated[int | None, typer.Option(help="Generated tokens per request.")]
 SpacePrecision = Annotated[str | None, typer.Option(help="a16w16, a16w8, ...")]
+PrefillChunkTokens = Annotated[int | None, typer.Option(
+    help="Prefill tokens per step of each data replica (vLLM's max_num_batched_tokens; default: vLLM's 8192, "
+         "halved per schedule until it fits in memory, down to 64).")]
+# the cooling environment (Scenario.ambient_c, max_temp_c): each defaults to the chip's thermal table
+AmbientC = Annotated[float | None, typer.Option(
+    help="°C of the coolant the heat sink sees, T = T_amb + R·P (default: the chip's, 25 °C).")]
+MaxTempC = Annotated[float | None, typer.Option(
+    help="Junction limit °C that DVFS holds and feasibility checks (default: the chip's, 85 °C).")]
 
 _CATALOG_COLUMNS = {
     "llms": ["name", "architecture", "attention", "layers", "hidden", "parameters_B", "published_params_B",
@@ -105,6 +113,9 @@ def evaluate(
     connected_layers: Annotated[int | None, typer.Option(help="n ≤ m: layers with their own TSVs.")] = None,
     parallel: Annotated[str | None, typer.Option(
         help='Schedule, e.g. "tp=8,pp=4,dp=8" or "attn:tp=4,dp=64;moe:ep=32,tp=8".')] = None,
+    prefill_chunk_tokens: PrefillChunkTokens = None,
+    ambient_c: AmbientC = None,
+    max_temp_c: MaxTempC = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate one design point: throughput, latency, energy, power, temperature, area, breakdown.
@@ -114,11 +125,34 @@ def evaluate(
     result = api.evaluate(model=model, chip=chip, noc=noc, system=system, phase=phase, batch=batch,
                           input_len=input_len, output_len=output_len, precision=precision,
                           stacked_layers=stacked_layers, connected_layers=connected_layers,
-                          parallel=parallel).as_dict()
+                          parallel=parallel, prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
+                          max_temp_c=max_temp_c).as_dict()
     if json_out:
         report.print_json(result)
     else:
         report.evaluation(result)
+        _thermal_line(result)
+        _prefill_line(result, prefill_chunk_tokens)
+
+
+def _prefill_line(result: dict, given: int | None) -> None:
+    """The prefill token budget the schedule ran with (in a decode report: that of the prefill timed for TTFT)."""
+    sc = result["scenario"]
+    if sc["prefill_chunk_tokens"] is None:
+        return
+    how = "--prefill-chunk-tokens" if given is not None else "auto: vLLM's 8,192 halved until the schedule fits"
+    what = "prefill" if sc["phase"] == "prefill" else "prefill for TTFT"
+    report.console.print(f"{what}: {sc['prefill_chunk_tokens']:,} tokens per step of each data replica ({how})",
+                         markup=False, highlight=False)
+
+
+def _thermal_line(result: dict) -> None:
+    """Temperature against the limit, power density and the clock DVFS chose, in one line."""
+    m, hw = result["metrics"], result["hardware"]
+    report.console.print(
+        f"thermal: {m['temperature_c']:.1f} °C junction (limit {hw['max_temp_c']:g} °C, ambient "
+        f"{hw['ambient_c']:g} °C), {m['power_density_W_per_mm2']:.3f} W/mm², clock {m['frequency_ghz']:.3f} of "
+        f"{hw['nominal_clock_ghz']:.3f} GHz", markup=False, highlight=False)
 
 
 @app.command()
@@ -132,6 +166,7 @@ def strategies(
     precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ... (default: the model's).")] = None,
     chip: Annotated[str | None, typer.Option(help="Also check that weights + KV + activations fit.")] = None,
     stacked_layers: Annotated[int | None, typer.Option(help="m for the memory check (3D chips).")] = None,
+    prefill_chunk_tokens: PrefillChunkTokens = None,
     count: Annotated[bool, typer.Option("--count", help="Print only the number of strategies.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
@@ -140,7 +175,8 @@ def strategies(
     Example: deepstack strategies --devices 256 --model deepseek-v3 --phase decode --batch 1024 --count
     """
     result = api.strategies(devices=devices, model=model, phase=phase, batch=batch, input_len=input_len,
-                            output_len=output_len, precision=precision, chip=chip, stacked_layers=stacked_layers)
+                            output_len=output_len, precision=precision, chip=chip, stacked_layers=stacked_layers,
+                            prefill_chunk_tokens=prefill_chunk_tokens)
     if count:
         report.print_json(result["count"]) if json_out else print(result["count"])
     elif json_out:
@@ -210,6 +246,9 @@ def optimize(
     input_len: SpaceInputLen = None,
     output_len: SpaceOutputLen = None,
     precision: SpacePrecision = None,
+    prefill_chunk_tokens: PrefillChunkTokens = None,
+    ambient_c: AmbientC = None,
+    max_temp_c: MaxTempC = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, paper, or a TOML file.")] = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
@@ -234,7 +273,8 @@ def optimize(
         result = api.run_optimize(objective=objective, model=model, phase=phase, batch=batch, input_len=input_len,
                                   output_len=output_len, precision=precision, space=space, sampler=sampler,
                                   trials=trials, study=study, storage=storage, seed=seed, workers=workers, out=out,
-                                  progress=advance)
+                                  progress=advance, prefill_chunk_tokens=prefill_chunk_tokens,
+                                  ambient_c=ambient_c, max_temp_c=max_temp_c)
     if json_out:
         report.print_json(result)
     else:
@@ -253,6 +293,9 @@ def sweep(
     input_len: SpaceInputLen = None,
     output_len: SpaceOutputLen = None,
     precision: SpacePrecision = None,
+    prefill_chunk_tokens: PrefillChunkTokens = None,
+    ambient_c: AmbientC = None,
+    max_temp_c: MaxTempC = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
     workers: Annotated[int | None, typer.Option(help="Processes (local pool or LocalCluster; default up to 2).")] = (
         None),
@@ -268,7 +311,8 @@ def sweep(
     """
     result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
                            input_len=input_len, output_len=output_len, precision=precision, space=space,
-                           workers=workers, out=out, backend=backend, scheduler=scheduler)
+                           workers=workers, out=out, backend=backend, scheduler=scheduler,
+                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
     if json_out:
         report.print_json(result)
         return

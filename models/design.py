@@ -17,8 +17,8 @@ class DesignPoint:
     added here takes part in every key without further edits.
 
     Attributes:
-        chip: the chip architecture (a Table 2 preset or a user file).
-        scenario: the model, phase, batch and sequence lengths served.
+        chip: the chip architecture (a Table 2 preset or a user file), in the scenario's cooling environment.
+        scenario: the model, phase, batch and sequence lengths served (the cooling environment moved to ``chip``).
         schedule: the parallel schedule (TP, EP, SP, CP, DP per module, PP, FSDP, collective algorithms).
         network: the device network; None for a single device or pure data-parallel replicas.
         stacked_layers: DRAM layers stacked on the die (m); None keeps the chip's.
@@ -36,9 +36,39 @@ class DesignPoint:
     sram: SramOption | None = None
     noc_bw_scale: float = 1.0
 
+    def __post_init__(self) -> None:
+        """The scenario's cooling environment (``ambient_c``, ``max_temp_c``) goes onto the chip's ``thermal``
+        table, where the device model reads it; the point's scenario keeps the workload alone, so phases timed
+        for one environment serve every other (their memo keys hold the scenario)."""
+        sc = self.scenario
+        if sc.ambient_c is None and sc.max_temp_c is None:
+            return
+        object.__setattr__(self, "chip", cooled(self.chip, sc.ambient_c, sc.max_temp_c))
+        object.__setattr__(self, "scenario", workload_of(sc))
+
     @property
     def devices(self) -> int:
         return _network_devices(self.network) if self.network is not None else self.schedule.devices
+
+
+@memo.cached(maxsize=1024)
+def cooled(chip: ChipArchitecture, ambient_c: float | None, max_temp_c: float | None) -> ChipArchitecture:
+    """``chip`` in another cooling environment (None keeps the chip's value; one object per input)."""
+    ambient = chip.thermal.ambient_c if ambient_c is None else ambient_c
+    limit = chip.thermal.target_c if max_temp_c is None else max_temp_c
+    if ambient >= limit:
+        raise UserInputError(f"ambient_c (--ambient-c): the ambient {ambient:g} °C must be below the thermal limit "
+                             f"max_temp_c (--max-temp-c) {limit:g} °C of {chip.name}")
+    if (ambient, limit) == (chip.thermal.ambient_c, chip.thermal.target_c):
+        return chip
+    thermal = chip.thermal.model_copy(update={"ambient_c": ambient, "target_c": limit})
+    return chip.model_copy(update={"thermal": thermal})
+
+
+@memo.cached(maxsize=1024)
+def workload_of(scenario: Scenario) -> Scenario:
+    """``scenario`` without its cooling environment (one object per input)."""
+    return scenario.model_copy(update={"ambient_c": None, "max_temp_c": None})
 
 
 @memo.cached(maxsize=256)

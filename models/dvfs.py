@@ -1,8 +1,12 @@
 """DVFS of paper §4.1.2: the thermally sustainable clock first, then the power wall.
 
 The thermal frequency (:func:`~deepstack.models.thermal.thermal_frequency_scale`) caps the clock for the stack's
-thermal resistance; if the device's power at that clock still exceeds its TDP, the largest clock at which it
-fits is found by bisection (core energy ∝ V² ∝ f², time from re-timing every row at that clock).
+thermal resistance in the device's cooling environment (ambient and limit: the chip's ``thermal`` table, or the
+scenario's ``ambient_c`` / ``max_temp_c``). If the device's power at that clock still exceeds what it may draw —
+its TDP, or less where the package cannot remove the TDP at the limit — the largest clock at which it fits is found
+by bisection (core energy ∝ V² ∝ f², time from re-timing every row at that clock). So a device runs at or below
+the limit, as a GPU's power and thermal throttling keep it; one that cannot even idle below the limit (static
+power alone too much) runs at the lowest clock and is reported above the limit (infeasible).
 """
 
 from __future__ import annotations
@@ -15,6 +19,11 @@ from deepstack.schema import Network
 
 DVFS_BISECTION_STEPS = 40  # halvings of the frequency interval: far below any meaningful precision
 MIN_CLOCK_SCALE = 1e-3  # a design that needs a clock 1000× below nominal to fit its TDP cannot run at all
+WALL_TOLERANCE = 1e-6  # relative: a power this close to the budget is at the wall (the bisection stops just below)
+
+# what set a device's clock (see :func:`clock_limit`)
+NOMINAL, THERMAL_CLOCK, POWER_WALL, THERMAL_WALL, ABOVE_LIMIT = (
+    "nominal", "thermal clock", "power wall", "thermal wall", "above limit")
 
 
 def noc_J_per_B(network: Network | None) -> tuple[float, ...]:
@@ -24,13 +33,35 @@ def noc_J_per_B(network: Network | None) -> tuple[float, ...]:
     return tuple(level.energy_pJ_per_bit * 8e-12 for level in network.levels)
 
 
+def layers_of(dev: DeviceSpec) -> int:
+    """m of the thermal fit: the stacked layers of a 3D device, 0 for a die with HBM beside it."""
+    return dev.dram.stacked_layers if dev.is_3d else 0
+
+
+def power_budget_w(dev: DeviceSpec) -> float:
+    """The most ``dev`` may draw: its TDP, or what its package removes at the limit if that is less."""
+    return thermal.sustainable_power_w(dev.tdp_W, layers_of(dev), dev.device_area_mm2, dev.ambient_c, dev.target_c)
+
+
+def tdp_bound(dev: DeviceSpec, budget_w: float) -> bool:
+    """Whether the budget is the TDP (the package removes at least that much at the limit; at the paper's
+    anchor the two are equal, up to rounding)."""
+    return budget_w >= dev.tdp_W * (1 - WALL_TOLERANCE)
+
+
+def thermal_scale(dev: DeviceSpec) -> float:
+    """f_th / f_nominal of ``dev`` in its cooling environment."""
+    return thermal.thermal_frequency_scale(dev.tdp_W, layers_of(dev), dev.device_area_mm2, dev.ambient_c,
+                                           dev.target_c)
+
+
 def clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients, noc_J_per_B: tuple[float, ...],
                 devices: int) -> tuple[float, float, float]:
     """The clock DVFS settles on for ``phase`` on ``dev``.
 
     Args:
         phase: the step to run.
-        dev: the device (its TDP, stacking and nominal clock).
+        dev: the device (its TDP, stacking, nominal clock, footprint, ambient and temperature limit).
         coefficients: the device's :class:`~deepstack.models.power.EnergyCoefficients`.
         noc_J_per_B: energy per byte on each network level (see :func:`noc_J_per_B`).
         devices: devices in the system (network energy is shared among them).
@@ -42,25 +73,39 @@ def clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients, noc_J_per_B: 
         UserInputError: the device would need a clock below ``MIN_CLOCK_SCALE`` × nominal to fit its TDP.
     """
     static = thermal.static_power_w(dev.tdp_W)
-    layers = dev.dram.stacked_layers if dev.is_3d else 0
+    budget = power_budget_w(dev)
 
     def power(scale: float) -> tuple[float, float]:
         t = phase.time_at(scale)
         return t, static + sum(phase.energy_J(coefficients, scale, noc_J_per_B, devices)) / t
 
-    scale = thermal.thermal_frequency_scale(dev.tdp_W, layers)
+    scale = max(thermal_scale(dev), MIN_CLOCK_SCALE)
     t, p = power(scale)
-    if p > dev.tdp_W:  # power wall: the largest clock at which the device stays within its TDP
+    if p > budget:  # the wall: the largest clock at which the device draws no more than its budget
         low, high = 0.0, scale
         for _ in range(DVFS_BISECTION_STEPS):
             mid = (low + high) / 2
-            if power(mid)[1] > dev.tdp_W:
+            if power(mid)[1] > budget:
                 high = mid
             else:
                 low = mid
         scale = low
         if scale < MIN_CLOCK_SCALE:
-            raise UserInputError(f"tdp_W: the device cannot run within {dev.tdp_W:g} W (it would need a clock below "
-                                 f"{MIN_CLOCK_SCALE:.1%} of nominal)")
+            if tdp_bound(dev, budget):
+                raise UserInputError(f"tdp_W: the device cannot run within {dev.tdp_W:g} W (it would need a clock "
+                                     f"below {MIN_CLOCK_SCALE:.1%} of nominal)")
+            scale = MIN_CLOCK_SCALE  # not even idle stays below the limit: reported above it
         t, p = power(scale)
     return scale, t, p
+
+
+def clock_limit(dev: DeviceSpec, scale: float, power_w: float, temperature_c: float) -> str:
+    """What set the clock DVFS chose for ``dev`` (``scale``, at ``power_w`` and ``temperature_c``): nothing
+    (nominal), the thermal frequency f_th, the TDP (power wall), the temperature limit (thermal wall: held at
+    the limit below the TDP), or nothing could (above the limit)."""
+    if temperature_c > dev.target_c + 1e-9:
+        return ABOVE_LIMIT
+    budget = power_budget_w(dev)
+    if power_w >= budget * (1 - WALL_TOLERANCE) and scale < thermal_scale(dev):
+        return POWER_WALL if tdp_bound(dev, budget) else THERMAL_WALL
+    return THERMAL_CLOCK if scale < 1.0 else NOMINAL

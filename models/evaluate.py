@@ -20,6 +20,7 @@ from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
 from deepstack.models.pipeline import run_phase, serialised
+from deepstack.models.pipeline.phase import budgeted
 from deepstack.models.reporting import GiB, hardware_summary, scenario_summary, schedule_summary
 from deepstack.models.results import Metrics, Report
 
@@ -45,10 +46,10 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
         UserInputError: the schedule does not match the machine, or the device cannot run within its TDP.
     """
     check_schedule(point)
-    scenario = point.scenario
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
                          point.noc_bw_scale)
     timed_on = timing_device(dev)
+    scenario = budgeted(point.scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
     coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)

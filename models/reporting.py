@@ -55,6 +55,8 @@ def hardware_summary(chip: ChipArchitecture, network: Network | None, stacked_la
         nominal_clock_ghz=dev.clock_Hz / 1e9,
         tdp_w_per_device=dev.tdp_W,
         area_per_device_mm2=FrozenMap(dev.area.as_dict()),
+        ambient_c=dev.ambient_c,
+        max_temp_c=dev.target_c,
     )
 
 
@@ -69,7 +71,8 @@ def schedule_summary(s: Schedule, devices: int, microbatches: int) -> ScheduleSu
 @memo.cached(maxsize=4096)
 def scenario_summary(sc: Scenario) -> ScenarioSummary:
     return ScenarioSummary(model=sc.model.name, phase=sc.phase, batch=sc.batch, input_len=sc.input_len,
-                           output_len=sc.output_len, precision=str(sc.precision))
+                           output_len=sc.output_len, precision=str(sc.precision),
+                           prefill_chunk_tokens=sc.prefill_chunk_tokens)
 
 
 def _row_entry(r: Row, dev: DeviceSpec, scale: float, time_s: float, multiplier: int) -> OperatorEntry:

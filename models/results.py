@@ -114,6 +114,21 @@ class Metrics(Record):
     area_mm2: float  # silicon of all devices
     memory_gib: float  # DRAM used per device
 
+    DERIVED: ClassVar[tuple[str, ...]] = ("power_density_W_per_mm2",)  # keys computed from the fields
+
+    @property
+    def power_density_W_per_mm2(self) -> float:
+        """Power per silicon area (all devices over all their area: one device's W/mm²)."""
+        return self.power_w / self.area_mm2 if self.area_mm2 else float("nan")
+
+    def _keys(self) -> tuple[str, ...]:
+        return (*self.KEYS, *self.DERIVED)
+
+    def __getitem__(self, key: str):
+        if key in self._KEYSET or key in self.DERIVED:
+            return getattr(self, key)
+        raise KeyError(key)
+
 
 @record
 class HardwareSummary(Record):
@@ -135,6 +150,8 @@ class HardwareSummary(Record):
     nominal_clock_ghz: float
     tdp_w_per_device: float
     area_per_device_mm2: FrozenMap  # area term → mm²
+    ambient_c: float  # the coolant the heat sink sees (the chip's thermal table or the scenario's)
+    max_temp_c: float  # the junction limit DVFS held and feasibility checked
 
 
 @record
@@ -160,6 +177,7 @@ class ScenarioSummary(Record):
     input_len: int
     output_len: int
     precision: str
+    prefill_chunk_tokens: int | None = None  # prefill tokens per step of a data replica the schedule ran with
 
 
 @record

@@ -61,7 +61,8 @@ def test_fields_carry_units_and_read_as_the_json_keys():
     m = report.metrics
     assert m["stps"] == m.stps and m["ttft_s"] == m.ttft_s > 0 and m.power_w > 0 and m.frequency_ghz > 0
     assert list(m) == ["ttft_s", "utps", "stps", "tokens_per_joule", "power_w", "temperature_c",
-                       "frequency_ghz", "area_mm2", "memory_gib"]
+                       "frequency_ghz", "area_mm2", "memory_gib", "power_density_W_per_mm2"]
+    assert m["power_density_W_per_mm2"] == m.power_density_W_per_mm2 == m.power_w / m.area_mm2  # derived, W/mm²
     assert dict(report.metrics) == report.as_dict()["metrics"]
     assert report.hardware["pes_per_device"] == report.hardware.pes_per_device > 0
     util = report.breakdown["utilization"]

@@ -25,8 +25,9 @@ EXPECTED_COLUMNS = {
                    "area_l2_mm2", "area_dram_interface_mm2", "area_noc_mm2", "area_overhead_mm2", "area_total_mm2"},
     "stacked-vs-connected": {"phase", "batch", "stacked_layers", "connected_layers", "objective", "status", "stps",
                              "tokens_per_joule", "schedule", "w_per_mm2", "feasible"},
-    "thermal": {"chip", "noc", "phase", "batch", "stacked_layers", "connected_layers", "status", "temperature_c",
-                "feasible", "violations", "above_limit", "thermal_violation"},
+    "thermal": {"ambient_c", "chip", "noc", "phase", "batch", "stacked_layers", "connected_layers", "status",
+                "temperature_c", "power_density_W_per_mm2", "clock_limit", "feasible", "violations", "above_limit",
+                "thermal_violation"},
 }
 
 
@@ -135,9 +136,10 @@ def test_thermal_share_above_85c_matches_the_csv(cli, tmp_path_factory, cache):
     result = _run(cli, tmp_path_factory, cache, "thermal")
     rows = _read(next(f for f in result["files"] if f.endswith("points.csv")))
     share = _read(next(f for f in result["files"] if f.endswith("share.csv")))
-    assert share
+    assert share and {s["ambient_c"] for s in share} == {"25.0", "45.0"}  # the quick recipe's two ambients
     for s in share:
-        regime = [r for r in rows if r["phase"] == s["phase"] and r["batch"] == s["batch"]]
+        regime = [r for r in rows if (r["ambient_c"], r["phase"], r["batch"]) == (s["ambient_c"], s["phase"],
+                                                                               s["batch"])]
         evaluated = [r for r in regime if r["status"] == EVALUATED]
         above = [r for r in evaluated if float(r["temperature_c"]) > 85.0]
         assert int(s["evaluated"]) == len(evaluated)
@@ -146,6 +148,14 @@ def test_thermal_share_above_85c_matches_the_csv(cli, tmp_path_factory, cache):
         assert int(s["feasible"]) + int(s["infeasible"]) == len(evaluated)
         # the report's own thermal violation agrees with the 85 °C count (the chips' target is 85 °C)
         assert int(s["thermal_violations"]) == len(above)
+        # every evaluated design's clock was set by exactly one cause
+        assert (int(s["nominal"]) + int(s["throttled"]) + int(s["above_limit"]) == len(evaluated)
+                == sum(r["clock_limit"] in ("nominal", "thermal clock", "power wall", "thermal wall", "above limit")
+                       for r in evaluated))
+        for r in evaluated:  # T = T_amb + R(m)·P per device, R(m) = (0.56 + 0.01·m) °C/W on 100 mm²
+            r_c_per_w = 0.56 + 0.01 * int(r["stacked_layers"])
+            assert float(r["temperature_c"]) == pytest.approx(float(r["ambient_c"])
+                                                              + r_c_per_w * float(r["power_w_per_device"]))
 
 
 def test_share_above_counts_feasible_and_infeasible_designs():

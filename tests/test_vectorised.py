@@ -67,7 +67,9 @@ ATTENTIONS = [Attention("decode", "decode", 64, 1, 1536, 16, 8, 128, 128, 512.0)
               Attention("prefill", "prefill", 2, 1024, 1024, 4, 8, 192, 128, 1024.0),
               Attention("mla", "decode", 32, 1, 4096, 128, 1, 576, 512, 1152.0),
               Attention("short", "decode", 1, 1, 40, 1, 1, 64, 64, 256.0),
-              Attention("prefill_long", "prefill", 1, 4096, 8192, 8, 2, 128, 128, 512.0, causal=True)]
+              Attention("prefill_long", "prefill", 1, 4096, 8192, 8, 2, 128, 128, 512.0, causal=True),
+              # a CP rank's share: 512 queries spread over a 1,024-token prompt, every key visible
+              Attention("prefill_cp", "prefill", 2, 512, 1024, 4, 8, 128, 128, 512.0, q_span=1024)]
 
 
 @pytest.mark.parametrize("op", ATTENTIONS, ids=lambda op: op.name)

@@ -67,6 +67,20 @@ class Scenario(Frozen):
     input_len: int = Field(1024, ge=1, le=10_485_760)
     output_len: int = Field(1024, ge=1, le=10_485_760)
     precision: Precision | None = Field(None, description="default: the model's default_precision")
+    prefill_chunk_tokens: int | None = Field(
+        None, ge=1, le=10_485_760,
+        description="prefill tokens one data replica processes per step (vLLM's max_num_batched_tokens); "
+                    "default (None): automatic per schedule, vLLM's 8192 halved until weights, KV cache and one "
+                    "chunk's activations fit in memory, down to 64 (docs/model.md §11, docs/calibration.md §10)")
+    # the cooling environment the design runs in (models/thermal.py); None keeps the chip's thermal table
+    ambient_c: float | None = Field(
+        None, ge=-50, le=100,
+        description="°C of the coolant the heat sink / cold plate sees (T = T_amb + R·P); default: the chip's "
+                    "thermal.ambient_c, 25 °C (ASHRAE TC 9.9 recommended inlet 18–27 °C; docs/calibration.md §10)")
+    max_temp_c: float | None = Field(
+        None, gt=0, le=200,
+        description="junction limit DVFS holds and feasibility checks; default: the chip's thermal.target_c, "
+                    "85 °C (the top of DRAM's normal range, JEDEC)")
 
     @field_validator("model", mode="before")
     @classmethod
@@ -82,3 +96,15 @@ class Scenario(Frozen):
         if self.precision is None:
             object.__setattr__(self, "precision", Precision.model_validate(self.model.default_precision))
         return self
+
+    @model_validator(mode="after")
+    def _ambient_below_limit(self) -> Scenario:
+        if self.ambient_c is not None and self.max_temp_c is not None and self.ambient_c >= self.max_temp_c:
+            raise ValueError(f"ambient_c ({self.ambient_c:g} °C) must be below max_temp_c ({self.max_temp_c:g} °C)")
+        return self
+
+    def with_cooling(self, ambient_c: float | None = None, max_temp_c: float | None = None) -> Scenario:
+        """This scenario in another cooling environment (None keeps this scenario's value), validated."""
+        data = {name: getattr(self, name) for name in type(self).model_fields}
+        data.update({k: v for k, v in (("ambient_c", ambient_c), ("max_temp_c", max_temp_c)) if v is not None})
+        return type(self).model_validate(data)

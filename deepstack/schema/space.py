@@ -27,6 +27,8 @@ class ScenarioAxes(Frozen):
     sequence_lengths: tuple[tuple[int, int], ...] = Field(((1024, 1024),), min_length=1,
                                                           description="(input_len, output_len) pairs")
     precision: str | None = None
+    ambient_c: float | None = Field(None, ge=-50, le=100, description="°C; default: each chip's (Scenario.ambient_c)")
+    max_temp_c: float | None = Field(None, gt=0, le=200, description="°C; default: each chip's (Scenario.max_temp_c)")
 
     @model_validator(mode="after")
     def _positive(self) -> ScenarioAxes:
@@ -34,6 +36,8 @@ class ScenarioAxes(Frozen):
             raise ValueError("batches must be ≥ 1")
         if any(i < 1 or o < 1 for i, o in self.sequence_lengths):
             raise ValueError("sequence lengths must be ≥ 1")
+        if self.ambient_c is not None and self.max_temp_c is not None and self.ambient_c >= self.max_temp_c:
+            raise ValueError("ambient_c must be below max_temp_c")
         return self
 
 

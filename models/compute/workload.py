@@ -59,7 +59,14 @@ class Gemm:
 @dataclass(frozen=True)
 class Attention:
     """Attention core. ``kv_groups`` groups of ``q_per_group`` query heads each share one K/V stream.
-    ``kv_token_bytes`` is what one token of one group occupies in the cache (MLA: the latent)."""
+    ``kv_token_bytes`` is what one token of one group occupies in the cache (MLA: the latent).
+
+    Where the queries sit in the context decides the causal work: the device's ``q_len`` queries of a request
+    are spread evenly over the last ``q_span`` of its ``kv_len`` positions. ``q_span`` None (the default) or
+    ``q_len``: they are the last ``q_len`` positions, as a whole prompt, a prefill chunk after the keys of its
+    earlier chunks, or a decode token. ``q_span`` > ``q_len``: a share of the span's queries spread over it, as
+    context parallelism deals them out (load-balanced zig-zag: each rank a chunk from each end).
+    """
 
     __hash__ = cached_hash
     __getstate__ = state_without_hash
@@ -77,13 +84,25 @@ class Attention:
     act_bytes: float = 2.0
     causal: bool = True
     count: int = 1
+    q_span: int | None = None  # positions the queries are spread over, ending at the last key (None: q_len)
+
+    def __post_init__(self) -> None:
+        if not self.q_len <= self.span <= self.kv_len:
+            raise ValueError(f"{self.name}: needs q_len ≤ q_span ≤ kv_len (got {self.q_len}, {self.span}, "
+                             f"{self.kv_len})")
+
+    @property
+    def span(self) -> int:
+        return self.q_span or self.q_len
 
     @property
     def scores(self) -> float:
-        """Query–key pairs evaluated (causal prefill sees half the square on average)."""
+        """Query–key pairs evaluated. Causally, the query at position p (1-based) sees p keys; queries spread
+        evenly over the last ``span`` of ``kv_len`` positions sit at kv_len − span + (span + 1)/2 on average:
+        q·(kv − q) + q(q + 1)/2 for the last q positions, q·(kv + 1)/2 spread over the whole context."""
         pairs = self.q_len * self.kv_len
-        if self.causal and self.q_len > 1:
-            pairs = self.q_len * (self.kv_len - self.q_len) + self.q_len * (self.q_len + 1) / 2
+        if self.causal and self.span > 1:
+            pairs = self.q_len * (self.kv_len - self.span) + self.q_len * (self.span + 1) / 2
         return self.requests * self.kv_groups * self.q_per_group * pairs
 
     @property
@@ -132,13 +151,15 @@ class DeviceShare:
 
     tokens: int  # tokens through the linear layers per forward
     requests: int  # requests whose attention this device computes
-    q_len: int
-    kv_len: int  # context visible per request on this device (after CP)
+    q_len: int  # queries per request and head on this device
+    kv_len: int  # keys visible per request on this device (decode: its CP shard of the cache)
     layers: int  # layers of this pipeline stage
     dense_layers: int
     moe_layers: int
     first_stage: bool
     last_stage: bool
+    q_span: int = 1  # positions of the context the queries are spread over, ending at the last key
+    head_split: int = 1  # the attention heads (after TP) are split this many ways (Ulysses SP in prefill)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -148,26 +169,38 @@ def ceil_div(a: int, b: int) -> int:
 @memo.cached(maxsize=16384)
 def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: int, stage: int = 0,
                  context_len: int | None = None) -> DeviceShare:
-    """Split the scenario over one device. In decode every request contributes one token and sees
-    ``context_len`` cached tokens (default: the mean over the generation, input + output/2)."""
+    """Split the scenario over one device; SP and CP split the tokens of the linear layers in both phases.
+
+    Decode: every request contributes one token and sees ``context_len`` cached tokens (default: the mean over
+    the generation, input + output/2), of which CP (and SP) ranks hold a shard each (flash decoding across
+    ranks).
+
+    Prefill: each request's ``input_len`` new tokens attend causally to ``context_len`` keys (default: the
+    same tokens; a chunk also sees the keys its earlier chunks cached) and sit at the end of them. CP (ring or
+    all-gather attention, load-balanced zig-zag as in Megatron-LM and Llama 3) gives each rank ⌈S / CP⌉ of the
+    S queries, spread evenly over the S positions, and every key through the ring: S(S + 1)/(2·CP) pairs per
+    rank and head for a whole prompt. Ulysses SP (an all-to-all after the projections) gives each rank every
+    query and key of ⌈heads / SP⌉ heads.
+    """
     replicas = attention.dp * attention.ep
     requests = ceil_div(scenario.batch, replicas)
+    tokens = ceil_div(requests * (1 if scenario.phase == "decode" else scenario.input_len),
+                      attention.sp * attention.cp)
     if scenario.phase == "decode":
-        q_len = 1
+        q_len = q_span = head_split = 1
         kv = context_len if context_len is not None else scenario.input_len + scenario.output_len // 2
-        tokens = ceil_div(requests, attention.sp * attention.cp)
+        kv_local = ceil_div(kv, attention.cp * attention.sp)
     else:
-        q_len = scenario.input_len
-        kv = scenario.input_len
-        tokens = ceil_div(requests * scenario.input_len, attention.sp * attention.cp)
-    kv_local = ceil_div(kv, attention.cp * attention.sp)
+        q_span, head_split = scenario.input_len, attention.sp
+        q_len = ceil_div(q_span, attention.cp)
+        kv_local = max(context_len or 0, q_span)
     sizes = pipeline_stage_layers(model.layers, pp)
     first = sum(sizes[:stage])
     last = first + sizes[stage]
     dense = max(0, min(last, model.dense_layers) - first)
     return DeviceShare(tokens=max(tokens, 1), requests=requests, q_len=q_len, kv_len=kv_local, layers=last - first,
                        dense_layers=dense, moe_layers=(last - first) - dense, first_stage=stage == 0,
-                       last_stage=stage == pp - 1)
+                       last_stage=stage == pp - 1, q_span=q_span, head_split=head_split)
 
 
 def moe_load_imbalance(mean_tokens: float, ep: int) -> float:
@@ -184,12 +217,15 @@ def expected_active_experts(experts: int, top_k: int, tokens: float) -> float:
 
 @memo.cached(maxsize=16384)  # schedules that share a device's attention share its operators
 def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, tp: int, phase: str, a: float,
-                   w: float, kv: float) -> tuple[Op, ...]:
+                   w: float, kv: float, q_span: int = 1, head_split: int = 1) -> tuple[Op, ...]:
     """Projections and core of one attention block (per layer) for ``t`` tokens and ``requests`` requests of
-    ``q_len`` new and ``kv_len`` visible tokens (a device's share: only these, so every stage shares them)."""
+    ``q_len`` queries spread over the last ``q_span`` of ``kv_len`` visible tokens (a device's share:
+    only these, so every stage shares them). The core computes ⌈heads / head_split⌉ of the heads TP leaves
+    (Ulysses SP); the projections work on the device's ``t`` tokens with all of them."""
     att = model.attention
     d = model.hidden
     hq = max(1, att.heads // tp)
+    span = q_span if q_span > q_len else None  # None: the queries are the last q_len positions
     ops: list[Op] = [Vector("attn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
     if att.kind != "mla":
         hkv = max(1, att.kv_heads // tp)
@@ -198,8 +234,10 @@ def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, t
         norm = RMSNORM_FLOPS_PER_ELEMENT if att.qk_norm else 0
         ops.append(Vector("rope", t * (hq + hkv) * hd, t * (hq + hkv) * hd * a, t * (hq + 2 * hkv) * hd * kv,
                           ROPE_FLOPS_PER_ELEMENT + norm))
-        ops.append(Attention("attention", phase, requests, q_len, kv_len, hq // hkv, hkv, hd, hd,
-                             2 * hd * kv, act_bytes=a))
+        # a KV head shared by more SP ranks than it has query heads is replicated on each of them
+        groups = ceil_div(hkv, head_split)
+        ops.append(Attention("attention", phase, requests, q_len, kv_len, ceil_div(ceil_div(hq, head_split), groups),
+                             groups, hd, hd, 2 * hd * kv, act_bytes=a, q_span=span))
         ops.append(Gemm("o_proj", t, d, hq * hd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
         return _interned_ops(ops)
@@ -216,32 +254,36 @@ def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, t
     ops.append(Vector("kv_a_norm_rope", t * (c_rank + rope), t * (c_rank + rope) * a, t * (c_rank + rope) * kv,
                       RMSNORM_FLOPS_PER_ELEMENT + ROPE_FLOPS_PER_ELEMENT))
     latent_bytes = (c_rank + rope) * kv
-    ops.extend(_mla_core(t, requests, q_len, kv_len, phase, hq, c_rank, nope, rope, vd, a, w, latent_bytes))
+    ops.extend(_mla_core(t, requests, q_len, kv_len, span, phase, hq, ceil_div(hq, head_split), c_rank, nope, rope,
+                         vd, a, w, latent_bytes))
     ops.append(Gemm("o_proj", t, d, hq * vd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                     epilogue_read_bytes=a))
     return _interned_ops(ops)
 
 
-def _mla_core(t: int, r: int, q_len: int, kv_len: int, phase: str, hq: int, c_rank: int, nope: int, rope: int,
-              vd: int, a: float, w: float, latent_bytes: float) -> list[Op]:
+def _mla_core(t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase: str, hq: int, heads: int,
+              c_rank: int, nope: int, rope: int, vd: int, a: float, w: float, latent_bytes: float) -> list[Op]:
     """MLA attention in the absorbed and the non-absorbed form; the evaluator times both and keeps the faster.
+    The core attends for ``heads`` of the ``hq`` heads (fewer under Ulysses SP); absorbing and un-absorbing
+    work on the device's ``t`` tokens with all ``hq`` (the same work as S / (SP·CP) queries of hq / SP heads).
 
     Absorbed: fold W_UK into the query and W_UV after the output, attend over the latent (MQA-like, one KV
-    stream shared by all heads). Non-absorbed: decompress every cached token into per-head K and V (kv_b_proj)
-    and run ordinary MHA — cheap when the context is only the new tokens (prefill), costly in decode.
+    stream shared by all heads). Non-absorbed: decompress every visible token into per-head K and V
+    (kv_b_proj) and run ordinary MHA — cheap when the context is only the new tokens (prefill), costly in
+    decode; under CP every rank decompresses all the keys it sees.
     """
     absorbed: list[Op] = [
         Gemm("q_absorb", t, c_rank, nope, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
-        Attention("attention_mla_absorbed", phase, r, q_len, kv_len, hq, 1, c_rank + rope, c_rank,
-                  latent_bytes, act_bytes=a),
+        Attention("attention_mla_absorbed", phase, r, q_len, kv_len, heads, 1, c_rank + rope, c_rank,
+                  latent_bytes, act_bytes=a, q_span=q_span),
         Gemm("v_unabsorb", t, vd, c_rank, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
     ]
     kv_tokens = r * kv_len
     plain: list[Op] = [
-        Gemm("kv_b_proj", kv_tokens, hq * (nope + vd), c_rank, a_bytes=latent_bytes / (c_rank + rope), b_bytes=w,
-             c_bytes=a),
-        Attention("attention_mla_plain", phase, r, q_len, kv_len, 1, hq, nope + rope, vd,
-                  (nope + rope + vd) * a, act_bytes=a),
+        Gemm("kv_b_proj", kv_tokens, heads * (nope + vd), c_rank, a_bytes=latent_bytes / (c_rank + rope),
+             b_bytes=w, c_bytes=a),
+        Attention("attention_mla_plain", phase, r, q_len, kv_len, 1, heads, nope + rope, vd,
+                  (nope + rope + vd) * a, act_bytes=a, q_span=q_span),
     ]
 
     # the options' operators interned too: other attention shapes repeat these GEMMs, and memo tables and the
@@ -322,13 +364,14 @@ def _layer(kind: str, layers: int, ops: tuple) -> LayerOps:
 @memo.cached(maxsize=4096)
 def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
                    stage: int = 0, context_len: int | None = None) -> tuple[LayerOps, ...]:
-    """Operators of one forward pass on one device of pipeline stage ``stage``."""
+    """Operators of one forward pass on one device of pipeline stage ``stage``; ``context_len``: the keys each
+    request attends to (:func:`device_share`; a prefill chunk's include those of its earlier chunks)."""
     prec = scenario.precision
     a, w, kv = prec.activation_bytes, prec.weight_bytes, prec.kv_bytes
     share = device_share(model, scenario, attention, pp, stage, context_len)
     phase = scenario.phase
     attn = _attention_ops(model, share.tokens, share.requests, share.q_len, share.kv_len, attention.tp, phase, a, w,
-                          kv)
+                          kv, share.q_span, share.head_split)
     out: list[LayerOps] = []
     if share.first_stage:
         d = model.hidden

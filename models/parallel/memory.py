@@ -1,6 +1,9 @@
 """DRAM footprint of a parallel strategy and the feasible strategies of a scenario (paper §4.2.3).
 
-Weights + KV cache + peak activations of the most loaded device must fit in DRAM with a 10 % reserve.
+Weights + KV cache + peak activations of the most loaded device must fit in DRAM with a 10 % reserve. Prefill
+runs in chunks of at most a token budget per step (:func:`prefill_chunks`): activations are those of one chunk,
+the KV cache that of the whole batch. A scenario without a budget gets, per schedule, the largest of vLLM's
+default halved until it fits (:func:`prefill_budget`).
 :func:`memory_footprint` also accepts per-module :class:`~deepstack.schema.schedule.Schedule` objects (attention
 and FFN with different layouts); :func:`feasible_strategies` combines the pruning rules of
 :mod:`deepstack.models.parallel.strategies` with this check.
@@ -41,10 +44,74 @@ FSDP_GATHERED_LAYERS = 1
 and freed after use (paper §3.3.1: FSDP all-gathers layer by layer). Prefetching the next layer to overlap
 the gather with compute would make this 2 (PyTorch FSDP's ``limit_all_gathers`` caps in-flight gathers at 2)."""
 
-_SCENARIO_CACHE = 4096  # (scenario, layout) footprints kept: > 2,574 strategies of one scenario at N = 256
+_SCENARIO_CACHE = 16384  # (scenario, layout, budget) footprints: > 2,574 strategies of a scenario at N = 256, each
+# at the few prefill budgets tried
 
 MEMORY_RULE = "memory"
 """Key under which :func:`feasible_strategies` counts strategies that pass the rules but do not fit."""
+
+DEFAULT_PREFILL_CHUNK_TOKENS = 8192
+"""Prefill tokens per scheduler step a scenario without a budget starts from: vLLM's ``max_num_batched_tokens``
+for ``vllm serve`` on GPUs of 70 GiB or more, H100/H200/MI300x (vllm-project/vllm, vllm/engine/arg_utils.py,
+``EngineArgs.get_batch_defaults``; docs/calibration.md §10). Halved while the schedule does not fit
+(:func:`prefill_budget`)."""
+
+MIN_PREFILL_CHUNK_TOKENS = 64
+"""The smallest budget the automatic halving tries: the tallest minimum matrix tile of the catalog's chips
+(Hopper's ``wgmma`` is m64nNk16, NVIDIA PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate";
+h100-star, large-matrix). A step of fewer tokens pads every GEMM to 64 rows there, so it costs what 64 tokens
+cost and only adds steps. vLLM sets no floor of its own (it only asks ``max_num_batched_tokens`` ≥
+``max_num_seqs``)."""
+
+AUTO_PREFILL_BUDGETS = tuple(DEFAULT_PREFILL_CHUNK_TOKENS >> k
+                             for k in range((DEFAULT_PREFILL_CHUNK_TOKENS // MIN_PREFILL_CHUNK_TOKENS).bit_length()))
+"""The budgets an unset ``prefill_chunk_tokens`` may take, largest first: 8,192, 4,096, …, 64."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# Chunked prefill
+# --------------------------------------------------------------------------------------------------------
+
+
+class PrefillChunks(NamedTuple):
+    """A data replica's prompts split into scheduler steps of at most the token budget (chunked prefill, as
+    vLLM and SGLang run it). Every chunk has the same shape.
+
+    Attributes:
+        replicas: Data replicas (attention DP·EP): each is one engine with its own budget.
+        count: Chunks (steps) per replica.
+        requests: Requests in one chunk.
+        tokens: Prompt tokens of each of those requests in the chunk (the whole prompt, or a slice of it).
+        context: Keys each request attends to in the chunk: its own tokens and those of its earlier chunks,
+            the mean over a prompt's chunks (the prompt's length when prompts are whole).
+    """
+
+    replicas: int
+    count: int
+    requests: int
+    tokens: int
+    context: int
+
+
+def prefill_chunks(scenario: Scenario, replicas: int, budget: int | None = None) -> PrefillChunks:
+    """The chunks of a prefill on ``replicas`` data replicas under ``budget`` tokens per step (default:
+    ``scenario.prefill_chunk_tokens``, else :data:`DEFAULT_PREFILL_CHUNK_TOKENS`).
+
+    Prompts that fit the budget stay whole: each chunk holds as many as the budget takes, spread evenly, so
+    ⌈requests / ⌊budget / prompt⌋⌉ chunks (= ⌈tokens / budget⌉ when the prompt divides the budget; vLLM would
+    also fill the rest of a step with the start of the next prompt). A longer prompt is cut into
+    ⌈prompt / budget⌉ equal slices, one request per chunk; the j-th slice attends to j slices of keys. The
+    work of attention is linear in its keys, so every slice is timed at the mean, (slices + 1) / 2 slices.
+    """
+    budget = budget or scenario.prefill_chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS
+    requests = math.ceil(scenario.batch / replicas)
+    prompt = scenario.input_len
+    if prompt <= budget:
+        count = math.ceil(requests / min(requests, budget // prompt))
+        return PrefillChunks(replicas, count, math.ceil(requests / count), prompt, prompt)
+    slices = math.ceil(prompt / budget)
+    tokens = math.ceil(prompt / slices)
+    return PrefillChunks(replicas, requests * slices, 1, tokens, math.ceil(tokens * (slices + 1) / 2))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -87,7 +154,8 @@ class MemoryFootprint:
     Attributes:
         weights_B: Parameters held (with FSDP: shards plus one gathered layer), bytes.
         kv_cache_B: KV cache at its largest (decode: end of generation; prefill: the prompt), bytes.
-        activations_B: Peak live activations including MoE dispatch buffers and logits, bytes.
+        activations_B: Peak live activations including MoE dispatch buffers and logits (prefill: of one
+            chunk), bytes.
         stage: Index of the pipeline stage these figures belong to.
         total_B: Sum of the three, bytes.
     """
@@ -131,12 +199,20 @@ def _requests(scenario: Scenario, module: _Module) -> int:
     return math.ceil(scenario.batch / (module.dp * module.ep))
 
 
-def _tokens(scenario: Scenario, module: _Module) -> int:
-    """Tokens one device processes at once: one per request in decode, the prompt shard in prefill. The
-    whole local batch is one microbatch (conservative: PP microbatching only lowers the peak)."""
-    if scenario.phase == "decode":
+def _chunk_requests(scenario: Scenario, module: _Module, chunk: PrefillChunks) -> int:
+    """Requests of one prefill chunk on a device of ``module``: the module's share of a chunk's requests (a
+    per-module schedule may split requests over more or fewer replicas than attention, whose replicas are the
+    engines the chunks are planned for)."""
+    engine_requests = math.ceil(scenario.batch / chunk.replicas)
+    return math.ceil(_requests(scenario, module) * chunk.requests / engine_requests)
+
+
+def _tokens(scenario: Scenario, module: _Module, chunk: PrefillChunks | None) -> int:
+    """Tokens one device processes at once: one per request in decode (``chunk`` None); in prefill the shard of
+    one chunk (:func:`prefill_chunks`), the step's token budget. PP microbatches are no larger than a chunk."""
+    if chunk is None:
         return _requests(scenario, module)
-    return _requests(scenario, module) * math.ceil(scenario.input_len / (module.sp * module.cp))
+    return _chunk_requests(scenario, module, chunk) * math.ceil(chunk.tokens / (module.sp * module.cp))
 
 
 def _representative_stages(sizes: tuple[int, ...], starts: tuple[int, ...], dense_layers: int) -> tuple[int, ...]:
@@ -162,7 +238,9 @@ def _representative_stages(sizes: tuple[int, ...], starts: tuple[int, ...], dens
 
 
 @memo.cached(maxsize=_SCENARIO_CACHE)
-def _footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
+def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> MemoryFootprint:
+    """The footprint of the scenario's decode step (``budget`` None) or of its prefill in steps of ``budget``
+    tokens (whatever the scenario's phase: a decode scenario's TTFT is a prefill)."""
     model, precision = scenario.model, scenario.precision
     att, ffn = layout.attention, layout.ffn
     hidden, moe = model.hidden, model.moe
@@ -181,12 +259,13 @@ def _footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
     vocab_shard = math.ceil(model.vocab / att.tp) * hidden  # vocab-parallel embedding / LM head
 
     # KV cache per layer (bytes) and activation peak per block (elements).
-    kv_tokens = scenario.input_len + (scenario.output_len if scenario.phase == "decode" else 0)
+    kv_tokens = scenario.input_len + (scenario.output_len if budget is None else 0)
     kv_layer_B = (
         _requests(scenario, att) * math.ceil(kv_tokens / (att.sp * att.cp)) * kv_elements_per_token(model, att.tp)
         * precision.kv_bytes
     )
-    t_att, t_ffn = _tokens(scenario, att), _tokens(scenario, ffn)
+    chunk = None if budget is None else prefill_chunks(scenario, att.dp * att.ep, budget)
+    t_att, t_ffn = _tokens(scenario, att, chunk), _tokens(scenario, ffn, chunk)
     residual = t_att * hidden
     attention_peak = t_att * (hidden + _attention_activation_width(model, att.tp))
     dense_peak = t_ffn * (hidden + 2 * math.ceil((model.dense_intermediate or 0) / ffn.tp))  # SwiGLU gate + up
@@ -198,7 +277,9 @@ def _footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
         moe_peak = t_ffn * (hidden + moe.top_k * (2 * hidden + up) + moe.shared_experts * up + moe.routed_experts)
     else:
         moe_peak = 0
-    logits_peak = _requests(scenario, att) * math.ceil(model.vocab / att.tp)  # last position of each request
+    # the last position of each request of the step (vLLM also samples a partial prefill's last token)
+    logit_rows = _requests(scenario, att) if chunk is None else _chunk_requests(scenario, att, chunk)
+    logits_peak = logit_rows * math.ceil(model.vocab / att.tp)
 
     sizes = pipeline_stage_layers(model.layers, layout.pp)
     starts = tuple(itertools.accumulate(sizes, initial=0))
@@ -239,7 +320,8 @@ def _footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
     return MemoryFootprint(weights_B=weights_B, kv_cache_B=kv_B, activations_B=activations_B, stage=stage)
 
 
-def memory_footprint(scenario: Scenario, plan: Strategy | Schedule) -> MemoryFootprint:
+def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float | None = None,
+                     reserve: float = MEMORY_RESERVE) -> MemoryFootprint:
     """DRAM needed by the most loaded device (paper §4.2.3 memory-footprint check), in bytes.
 
     - Weights: the stage's layers (vLLM split, :func:`pipeline_stage_layers`); attention / TP, dense FFN / TP,
@@ -249,19 +331,77 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule) -> MemoryFoo
       stored at ``precision.weight_bytes`` (norms and router kept wider in practice are a rounding error).
     - KV cache: ⌈batch / (DP·EP)⌉ requests × ⌈tokens / (SP·CP)⌉ × per-token elements per layer (split by TP
       for GQA/MQA/MHA, MLA latent replicated) × layers × ``precision.kv_bytes``; tokens = input + output in
-      decode, input in prefill. Ring-style SP keeps each rank's own K/V shard like CP does.
+      decode, input in prefill. Ring-style SP keeps each rank's own K/V shard like CP does. In prefill the
+      cache grows chunk by chunk; it is counted full, as it stands after the last chunk.
     - Activations: tokens in flight × (residual + the largest block's live elements: attention, SwiGLU FFN,
       MoE with dispatch buffers, or the last stage's logits) × :data:`ACTIVATION_BUFFERS` ×
-      ``precision.activation_bytes``.
+      ``precision.activation_bytes``; in flight: one token per request in decode, one chunk's tokens in
+      prefill (:func:`prefill_chunks`) under the budget :func:`prefill_budget` gives.
 
     Args:
         scenario: The workload (model, phase, batch, lengths, precision).
         plan: A flat :class:`Strategy` or a (possibly per-module) :class:`Schedule`.
+        capacity_B: DRAM per device, bytes: a prefill without a budget of its own runs with the largest
+            automatic one that fits it (:func:`prefill_budget`); None: vLLM's default.
+        reserve: Fraction of DRAM kept free.
 
     Returns:
         The footprint of the pipeline stage with the largest total.
     """
-    return _footprint(scenario, _layout(plan))
+    layout = _layout(plan)
+    if scenario.phase == "decode":
+        return _footprint(scenario, layout, None)
+    return _footprint(scenario, layout, _budget(scenario, layout, capacity_B, reserve))
+
+
+def prefill_budget(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float | None = None,
+                   reserve: float = MEMORY_RESERVE) -> int:
+    """Prefill tokens per step of each data replica that ``plan`` runs ``scenario``'s prefill with (of a decode
+    scenario: the prefill its TTFT times).
+
+    The scenario's ``prefill_chunk_tokens`` when it sets one. Otherwise what an operator does when vLLM will not
+    start for want of memory: start from vLLM's default (:data:`DEFAULT_PREFILL_CHUNK_TOKENS`) and halve
+    ``max_num_batched_tokens`` until weights + KV cache + one chunk's activations fit in ``(1 − reserve) ×
+    capacity_B``, down to :data:`MIN_PREFILL_CHUNK_TOKENS` (kept when nothing fits: the memory check then
+    fails). Without a capacity, the default.
+    """
+    return _budget(scenario, _layout(plan), capacity_B, reserve)
+
+
+def _budget(scenario: Scenario, layout: _Layout, capacity_B: float | None, reserve: float) -> int:
+    if scenario.prefill_chunk_tokens is not None:
+        return scenario.prefill_chunk_tokens
+    if capacity_B is None:
+        return DEFAULT_PREFILL_CHUNK_TOKENS
+    # the footprint only shrinks with the budget, so the first of the halvings that fits is found by bisection
+    # (3 footprints for 8 budgets; the memory check runs for thousands of schedules)
+    limit = usable_capacity_B(capacity_B, reserve)
+    lo, hi = 0, len(AUTO_PREFILL_BUDGETS) - 1  # the answer lies in [lo, hi]; the floor when nothing fits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _footprint(scenario, layout, AUTO_PREFILL_BUDGETS[mid]).total_B <= limit:
+            hi = mid
+        else:
+            lo = mid + 1
+    return AUTO_PREFILL_BUDGETS[lo]
+
+
+@memo.cached(maxsize=_SCENARIO_CACHE)
+def with_prefill_budget(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float,
+                        reserve: float = MEMORY_RESERVE) -> Scenario:
+    """``scenario`` with ``prefill_chunk_tokens`` set to :func:`prefill_budget` (itself when it sets one; one
+    object per input, so the memo tables keyed on scenarios hit by identity)."""
+    if scenario.prefill_chunk_tokens is not None:
+        return scenario
+    return scenario.model_copy(update={"prefill_chunk_tokens": prefill_budget(scenario, plan, capacity_B, reserve)})
+
+
+def _smallest_footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:
+    """The footprint at the smallest budget the scenario may run with (the scenario's own, or the floor of the
+    automatic ones): the footprint only shrinks as the budget does, so a plan fits iff this fits."""
+    if scenario.phase == "decode":
+        return _footprint(scenario, layout, None)
+    return _footprint(scenario, layout, scenario.prefill_chunk_tokens or MIN_PREFILL_CHUNK_TOKENS)
 
 
 def _check_capacity(capacity_B: float, reserve: float) -> None:
@@ -278,7 +418,8 @@ def usable_capacity_B(capacity_B: float, reserve: float = MEMORY_RESERVE) -> flo
 
 
 def fits(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float, reserve: float = MEMORY_RESERVE) -> bool:
-    """Whether the most loaded device's footprint fits in ``(1 − reserve) × capacity_B``.
+    """Whether the most loaded device's footprint fits in ``(1 − reserve) × capacity_B`` (a prefill without a
+    budget of its own: under some automatic budget, :func:`prefill_budget`).
 
     Args:
         scenario: The workload.
@@ -286,7 +427,7 @@ def fits(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float, reser
         capacity_B: DRAM per device, bytes.
         reserve: Fraction kept free (default 10 %, docs/calibration.md §1).
     """
-    return memory_footprint(scenario, plan).total_B <= usable_capacity_B(capacity_B, reserve)
+    return _smallest_footprint(scenario, _layout(plan)).total_B <= usable_capacity_B(capacity_B, reserve)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -305,7 +446,7 @@ def _feasible(
         pruned = prune_reason(scenario, strategy)
         if pruned is not None:
             dropped[pruned[0]] += 1
-        elif limit is not None and memory_footprint(scenario, strategy).total_B > limit:
+        elif limit is not None and _smallest_footprint(scenario, _layout(strategy)).total_B > limit:
             dropped[MEMORY_RULE] += 1
         else:
             kept.append(strategy)
@@ -315,7 +456,8 @@ def _feasible(
 def feasible_strategies(
     scenario: Scenario, n: int, capacity_B: float | None, reserve: float = MEMORY_RESERVE
 ) -> tuple[tuple[Strategy, ...], dict[str, int]]:
-    """The strategies on ``n`` devices that survive every pruning rule and, if given a capacity, fit in DRAM.
+    """The strategies on ``n`` devices that survive every pruning rule and, if given a capacity, fit in DRAM
+    (:func:`fits`: a prefill without a budget of its own fits under some automatic budget).
 
     Args:
         scenario: The workload.

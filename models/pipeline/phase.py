@@ -2,6 +2,9 @@
 PP bubble (paper §4.2), the GEMM batch tuning behind it, and the step without compute–communication overlap.
 
 A decode step takes max(m, pp) stage-times for m microbatches over pp stages; a prefill takes m + pp − 1.
+Prefill is chunked (:func:`~deepstack.models.parallel.memory.prefill_chunks`): a microbatch is at most one
+chunk, a step of the token budget, so a prefill runs at least as many microbatches as it has chunks, one after
+another through the pipeline; without PP, the chunks' times add up.
 """
 
 from __future__ import annotations
@@ -11,14 +14,14 @@ import math
 from deepstack.models import memo
 from deepstack.models.compute.dispatch import time_op
 from deepstack.models.compute.gemm_tuner import prepare_gemms
-from deepstack.models.compute.workload import Choice, Gemm, LayerOps, build_workload
+from deepstack.models.compute.workload import Choice, Gemm, LayerOps
 from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import DeviceSpec, resolve_device, timing_device
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.parallel import communication
-from deepstack.models.parallel.memory import representative_stages
+from deepstack.models.parallel.memory import PrefillChunks, prefill_chunks, representative_stages, with_prefill_budget
 from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult
-from deepstack.models.pipeline.stages import stage_parts
+from deepstack.models.pipeline.stages import chunk_workload, stage_parts
 from deepstack.schema import Scenario, Schedule
 
 PHASE_MEMO_SIZE = 8192  # phases kept (least recently used dropped): evaluations differing only in DVFS/reporting
@@ -33,8 +36,11 @@ def run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseR
     a phase is a pure function of the design point and the scenario).
 
     The memo key is the design point itself (a frozen dataclass: its hash and equality cover every field,
-    including fields a subclass adds) and the scenario timed, which may be a prefill of a decode point.
+    including fields a subclass adds) and the scenario timed, which may be a prefill of a decode point. A
+    scenario without a prefill budget is timed with the one the schedule gets on this device's DRAM
+    (:func:`~deepstack.models.parallel.memory.prefill_budget`).
     """
+    scenario = budgeted(scenario, point.schedule, dev)
     key = HashedTuple((point, scenario))  # hashed once for the table's lookups
     found = _PHASES.lookup(key)
     if found is None:
@@ -47,8 +53,8 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     s = point.schedule
     topology = communication.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = communication.layouts(scenario.model, scenario, s) if topology is not None else None
-    stages, options, micros = _phase_shape(scenario, s)
-    _tune({_phase_gemms(micros, s.attention, s.ffn, s.pp, stages): None}, dev)
+    stages, options, micros, context = _phase_shape(scenario, s)
+    _tune({_phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context): None}, dev)
     best: PhaseResult | None = None
     for m, micro in zip(options, micros, strict=True):
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1
@@ -57,7 +63,7 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
         # option out (its bottleneck can only be slower), so its other stages need no timing
         order = sorted(stages, key=lambda stage: stage != best.stage) if best is not None else stages
         for stage in order:
-            parts, nominal_s = stage_parts(s, dev, micro, stage, layout, topology)
+            parts, nominal_s = stage_parts(s, dev, micro, stage, layout, topology, context)
             phase = PhaseResult(parts, multiplier, m, stage, nominal_s)
             if candidate is None or phase.nominal_stage_s > candidate.nominal_stage_s or (
                     phase.nominal_stage_s == candidate.nominal_stage_s and stage < candidate.stage):
@@ -74,10 +80,10 @@ def serialised(phase: PhaseResult, schedule: Schedule, dev: DeviceSpec, scenario
     for its fastest stand-alone tiling) followed by the collective's full time, and every FSDP gather that was
     prefetched behind the layer is charged in full. The microbatch count and bottleneck stage stay the
     overlapped phase's."""
-    micro = _microbatch_scenario(scenario, phase.microbatches)
+    _, options, micros, context = _phase_shape(budgeted(scenario, schedule, dev), schedule)
+    micro = micros[options.index(phase.microbatches)]
     gemms = {(layer.kind, op.name): op
-             for layer in build_workload(micro.model, micro, schedule.attention, schedule.ffn, schedule.pp,
-                                         phase.stage)
+             for layer in chunk_workload(micro, schedule.attention, schedule.ffn, schedule.pp, phase.stage, context)
              for op in layer.ops if isinstance(op, Gemm)}
     rows: list = []
     for r in phase.rows:
@@ -92,31 +98,54 @@ def serialised(phase: PhaseResult, schedule: Schedule, dev: DeviceSpec, scenario
     return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
 
 
+def budgeted(scenario: Scenario, schedule: Schedule, dev: DeviceSpec) -> Scenario:
+    """``scenario`` with the prefill token budget ``schedule`` runs it with on ``dev`` (its own, or the largest
+    automatic one that fits the device's DRAM), in either phase: the one place the budget is settled."""
+    return with_prefill_budget(scenario, schedule, dev.dram.capacity_B)
+
+
+def _chunks(scenario: Scenario, schedule: Schedule) -> PrefillChunks | None:
+    """A prefill's chunks on the schedule's data replicas (the engines of attention); None in decode."""
+    if scenario.phase != "prefill":
+        return None
+    return prefill_chunks(scenario, schedule.attention.dp * schedule.attention.ep)
+
+
 def microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
-    """Microbatch counts worth trying: 1 without PP; with PP, from filling the pipeline to 4× its depth."""
-    if schedule.pp == 1:
-        return [1]
+    """Microbatch counts worth trying: 1 without PP; with PP, from filling the pipeline to 4× its depth. A
+    prefill runs at least its chunks (a microbatch holds at most a step's token budget), and exactly its chunks
+    when they are slices of prompts."""
+    chunks = _chunks(scenario, schedule)
+    fewest = chunks.count if chunks else 1
+    if schedule.pp == 1 or (chunks and chunks.tokens < scenario.input_len):
+        return [fewest]
     if schedule.microbatches:
-        return [schedule.microbatches]
+        return [max(schedule.microbatches, fewest)]
     per_replica = math.ceil(scenario.batch / (schedule.attention.dp * schedule.attention.ep))
-    options = [m for m in (schedule.pp, 2 * schedule.pp, 4 * schedule.pp) if m <= per_replica]
-    return options or [per_replica]
+    options = [m for m in (schedule.pp, 2 * schedule.pp, 4 * schedule.pp) if m <= per_replica] or [per_replica]
+    return sorted({max(m, fewest) for m in options})
 
 
 @memo.cached(maxsize=4096)
-def _microbatch_scenario(scenario: Scenario, microbatches: int) -> Scenario:
-    """The scenario of one microbatch (one shared object per input, so memo lookups hit by identity)."""
-    if microbatches == 1:
+def _microbatch_scenario(scenario: Scenario, microbatches: int, tokens: int) -> Scenario:
+    """The scenario of one microbatch of ``tokens`` prompt tokens per request (one shared object per input, so
+    memo lookups hit by identity)."""
+    if microbatches == 1 and tokens == scenario.input_len:
         return scenario
-    return scenario.model_copy(update={"batch": math.ceil(scenario.batch / microbatches)})
+    return scenario.model_copy(update={"batch": math.ceil(scenario.batch / microbatches), "input_len": tokens})
 
 
 @memo.cached(maxsize=16384)
-def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Scenario, ...]]:
-    """The pipeline stages a phase times, its microbatch options and the scenario of one microbatch of each."""
+def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tuple[int, ...], tuple[Scenario, ...],
+                                                           int | None]:
+    """The pipeline stages a phase times, its microbatch options, the scenario of one microbatch of each and
+    the keys each request of a prefill microbatch attends to (None in decode)."""
     stages = tuple(representative_stages(scenario.model.layers, s.pp, scenario.model.dense_layers))
     options = tuple(microbatch_options(scenario, s))
-    return stages, options, tuple(_microbatch_scenario(scenario, m) for m in options)
+    chunks = _chunks(scenario, s)
+    tokens = chunks.tokens if chunks else scenario.input_len
+    return (stages, options, tuple(_microbatch_scenario(scenario, m, tokens) for m in options),
+            chunks.context if chunks else None)
 
 
 # --- GEMM tuning: every GEMM of a phase tuned in one vectorised batch per device ---
@@ -130,8 +159,8 @@ def prepare_phases(points) -> None:
         dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
                                            point.sram, point.noc_bw_scale))
         s = point.schedule
-        stages, _, micros = _phase_shape(point.scenario, s)
-        batches.setdefault(dev, {})[_phase_gemms(micros, s.attention, s.ffn, s.pp, stages)] = None
+        stages, _, micros, context = _phase_shape(budgeted(point.scenario, s, dev), s)
+        batches.setdefault(dev, {})[_phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context)] = None
     for dev, phases in batches.items():
         _tune(phases, dev)
 
@@ -147,10 +176,11 @@ def _tune(phases: dict, dev: DeviceSpec) -> None:
 
 
 @memo.cached(maxsize=4096)
-def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...]) -> HashedTuple:
+def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...],
+                 context: int | None) -> HashedTuple:
     """The distinct GEMMs of a phase's workloads (the same on every device)."""
     layers = dict.fromkeys(layer for micro in micros for stage in stages
-                           for layer in build_workload(micro.model, micro, attention, ffn, pp, stage))
+                           for layer in chunk_workload(micro, attention, ffn, pp, stage, context))
     return HashedTuple(dict.fromkeys(g for layer in layers for g in _layer_gemms(layer)))
 
 

@@ -24,6 +24,15 @@ from deepstack.models.pipeline.rows import OpenComm, OpenOverlap, OpRow, RowRun,
 from deepstack.schema import Scenario, Schedule
 
 
+def chunk_workload(scenario: Scenario, attention, ffn, pp: int, stage: int = 0,
+                   context: int | None = None) -> tuple[LayerOps, ...]:
+    """The operators of one forward pass on a device of pipeline stage ``stage`` (``build_workload``); in a
+    prefill chunk, its requests attend to ``context`` keys each: their own tokens and those of their earlier
+    chunks (:func:`~deepstack.models.parallel.memory.prefill_chunks`; None: their own only). Only the
+    attention core sees the context; the linear layers see the chunk's tokens."""
+    return build_workload(scenario.model, scenario, attention, ffn, pp, stage, context)
+
+
 @memo.cached(maxsize=65536)
 def _layer_comms(model, scenario: Scenario, schedule: Schedule, share_a, share_f, moe: bool) -> tuple:
     """The collectives of one dense or MoE layer (memoised: the same objects for every evaluation of it)."""
@@ -106,9 +115,9 @@ class _LayerPlan:
 
 @memo.cached(maxsize=65536)
 def _stage_plan(scenario: Scenario, schedule: Schedule, stage: int, dev: DeviceSpec, layout,
-                networked: bool) -> tuple[tuple[_LayerPlan, ...], tuple]:
+                networked: bool, context: int | None) -> tuple[tuple[_LayerPlan, ...], tuple]:
     """The layers of a pipeline stage on a device and the stage's own collectives (PP sends), as open plans."""
-    layers, stage_comms = _stage_routes(scenario, schedule, stage, layout, networked)
+    layers, stage_comms = _stage_routes(scenario, schedule, stage, layout, networked, context)
     return tuple(_layer_plan(plan, dev) for plan in layers), stage_comms
 
 
@@ -130,10 +139,10 @@ def _layer_plan(plan: _LayerRoutes, dev: DeviceSpec) -> _LayerPlan:
 
 @memo.cached(maxsize=65536)
 def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
-                  networked: bool) -> tuple[tuple[_LayerRoutes, ...], tuple]:
+                  networked: bool, context: int | None) -> tuple[tuple[_LayerRoutes, ...], tuple]:
     """The layers of a pipeline stage and the collectives that move data, with their routes (without the
     device's rows): which collectives move data, and on which groups, depends on the layout, not on the device,
-    link speeds or latencies."""
+    link speeds or latencies. A prefill chunk's collectives move its own tokens only, whatever its context."""
     model = scenario.model
     share_a = device_share(model, scenario, schedule.attention, schedule.pp, stage)
     share_f = device_share(model, scenario, schedule.ffn, schedule.pp, stage)
@@ -148,7 +157,7 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
         return tuple(c for c, _ in out.values()), tuple(r for _, r in out.values())
 
     layers = []
-    for layer in build_workload(model, scenario, schedule.attention, schedule.ffn, schedule.pp, stage):
+    for layer in chunk_workload(scenario, schedule.attention, schedule.ffn, schedule.pp, stage, context):
         comms, routes = moving(_layer_comms(model, scenario, schedule, share_a, share_f, layer.kind == "moe")
                                if layer.kind in ("dense", "moe") else ())
         partner = {}
@@ -161,12 +170,14 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
 
 
 def stage_parts(schedule: Schedule, dev: DeviceSpec, scenario: Scenario, stage: int, layout,
-                topology) -> tuple[list, float]:
+                topology, context: int | None = None) -> tuple[list, float]:
     """Time one pipeline stage's operators and collectives, overlapping each collective with the GEMM it
-    feeds or is fed by when that GEMM is in the layer. Returns the stage's parts in order (see
+    feeds or is fed by when that GEMM is in the layer. ``context``: the keys each request of a prefill chunk
+    attends to (:func:`chunk_workload`). Returns the stage's parts in order (see
     :class:`~deepstack.models.pipeline.rows.PhaseResult`) and its time at the nominal clock, summed row by row
     in that order."""
-    layers, (stage_comms, stage_routes) = _stage_plan(scenario, schedule, stage, dev, layout, topology is not None)
+    layers, (stage_comms, stage_routes) = _stage_plan(scenario, schedule, stage, dev, layout, topology is not None,
+                                                      context)
     parts: list = []
     total = 0.0
     for plan in layers:
