@@ -36,15 +36,18 @@ def _float(value: str) -> float:
 def _check_3d_vs_2p5d(rows: list[dict]) -> None:
     assert len({r["area_mm2"] for r in rows}) == 1  # equal area on both sides, every row
     for r in rows:
-        baselines = [_float(r[k]) for k in r if k.startswith("stps_") and k not in ("stps_3d", "stps_2p5d")]
+        baselines = [_float(r[k]) for k in r if k.startswith("stps_") and not k.startswith(("stps_3d", "stps_2p5d"))]
         finite = [v for v in baselines if math.isfinite(v)]
         if finite:
             assert _float(r["stps_2p5d"]) == pytest.approx(max(finite), rel=REL)
-        expected = _float(r["stps_3d"]) / _float(r["stps_2p5d"])
-        if math.isfinite(expected):
-            assert _float(r["speedup"]) == pytest.approx(expected, rel=REL)
-        else:
-            assert math.isnan(_float(r["speedup"]))
+        for suffix in ("", "_searched"):  # the fixed-stack (m = n = 4) and the stacking/NoC-searched 3D design
+            expected = _float(r[f"stps_3d{suffix}"]) / _float(r["stps_2p5d"])
+            if math.isfinite(expected):
+                assert _float(r[f"speedup{suffix}"]) == pytest.approx(expected, rel=REL)
+            else:
+                assert math.isnan(_float(r[f"speedup{suffix}"]))
+        if math.isfinite(_float(r["stps_3d"])):  # the searched pool contains the fixed-stack one
+            assert _float(r["stps_3d_searched"]) >= _float(r["stps_3d"]) * (1 - REL)
 
 
 def _check_ablation(rows: list[dict]) -> None:
@@ -93,7 +96,8 @@ def _check_pareto(rows: list[dict]) -> None:
 
 RECIPES = {
     "3d-vs-2.5d": ("comparison.csv", {"model", "phase", "batch", "stps_3d", "utps_3d", "stps_2p5d", "utps_2p5d",
-                                      "speedup", "area_mm2"}, _check_3d_vs_2p5d),
+                                      "speedup", "area_mm2", "stps_3d_searched", "speedup_searched"},
+                   _check_3d_vs_2p5d),
     "ablation": ("steps.csv", {"batch", "step", "stps", "overlap", "stps_fixed_collectives", "chip", "noc",
                                "stacked_layers", "connected_layers", "hop_latency_scale", "level_bw_scales",
                                "schedule"}, _check_ablation),

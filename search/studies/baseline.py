@@ -1,17 +1,31 @@
-"""Study runner: the best 3D design against the H100*/H200* baselines at equal area (paper §5, "3D vs 2.5D")."""
+"""Study runner: the best 3D design against the H100*/H200* baselines at equal area (paper §5, "3D vs 2.5D").
+
+Both sides get the same, full schedule space of the point search: every flat strategy and the per-module schedules
+(attention TP·CP·DP × FFN/MoE TP·EP, PP ≤ ``per_module_max_pp``), collectives auto-tuned. The 3D side is reported
+twice: at the fixed stack of §5.1 (every chip × NoC at m = ``stacked_layers``, n = ``connected_layers``) and as a
+stacking/NoC-searched design, found hierarchically as §4.2.3 does: the stacking grid (``m_values``, ``n_values``)
+on the best ``stacking_top_points`` fixed-stack points, then every NoC on the best ``noc_top_points`` points so far.
+The searched pool contains the fixed-stack one, so the searched design is never slower.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
+from deepstack.schema import Scenario
 from deepstack.search.studies import StudyContext, figure, runner
+from deepstack.search.studies.cells import stacking_grid, workers_of
 from deepstack.search.studies.common import preset_ref, scenario_of
-from deepstack.search.studies.point_search import Candidate, Hardware, PointTask, run_tasks
+from deepstack.search.studies.point_search import Candidate, Hardware, PointResult, PointTask, best_of, run_tasks
+
+SCOPES = ("flat", "per_module")  # both sides: the whole schedule space of the point search
+FIXED, STACKING, NOC = "fixed stack", "stacking search", "NoC search"  # the stage that added a hardware point
 
 
 def _system_area_mm2(hw: Hardware) -> float:
@@ -23,15 +37,61 @@ def _system_area_mm2(hw: Hardware) -> float:
     return net.devices * chip.device.area_mm2
 
 
+def _positive(ctx: StudyContext, key: str, default: int) -> int:
+    value = ctx.param(key, default)
+    if type(value) is not int or value < 1:  # bool is not a count
+        raise UserInputError(f"study {ctx.recipe.name}: parameters.{key}: must be a positive integer (got {value!r})")
+    return value
+
+
+def _short(hw: Hardware) -> str:
+    stack = f"/m{hw.stacked_layers}n{hw.connected_layers}" if hw.stacked_layers else ""
+    return f"{hw.chip}/{hw.noc_name}{stack}"
+
+
+@dataclass
+class _Pool:
+    """The hardware points searched for one scenario, each with its result and the stage that added it."""
+
+    scenario: Scenario
+    results: dict[Hardware, PointResult] = field(default_factory=dict)
+    stages: dict[Hardware, str] = field(default_factory=dict)
+
+    def top(self, hw: Hardware) -> Candidate | None:
+        return self.results[hw].best()
+
+    def best(self, hardware) -> Candidate | None:
+        return best_of(c for c in map(self.top, hardware) if c)
+
+    def ranked(self, hardware) -> list[Hardware]:
+        """``hardware`` by best STPS; ties and points with nothing feasible keep their order (a stable sort), so
+        with nothing feasible the recipe's first chips and NoCs are the ones searched further."""
+        return sorted(hardware, key=lambda hw: self.top(hw).value() if self.top(hw) else -math.inf, reverse=True)
+
+    def searched_3d(self) -> list[Hardware]:
+        return [hw for hw in self.results if hw.stacked_layers is not None]
+
+
+def _search(pools: list[_Pool], wanted: list[list[Hardware]], stage: str, max_pp: int, workers: int) -> None:
+    """Search every wanted hardware point a pool has not searched yet (all scenarios in one batch of tasks)."""
+    owners, tasks = [], []
+    for pool, hardware in zip(pools, wanted, strict=True):
+        for hw in dict.fromkeys(hardware):
+            if hw not in pool.results:
+                owners.append((pool, hw))
+                tasks.append(PointTask(hw, pool.scenario, SCOPES, max_pp=max_pp, attention_cp=True))
+    for (pool, hw), result in zip(owners, run_tasks(tasks, workers), strict=True):
+        pool.results[hw], pool.stages[hw] = result, stage
+
 
 @runner("baseline_comparison")
 def baseline_comparison(ctx: StudyContext) -> None:
-    """Best 3D design (chips × NoCs × flat schedules at fixed m, n) vs the 2.5D baselines, per scenario."""
+    """Best 3D design (fixed stack, and stacking/NoC-searched) vs the 2.5D baselines, per scenario."""
     models, phases, batches = ctx.param("models"), ctx.param("phases"), ctx.param("batches")
     m = ctx.param("stacked_layers", 4)
     n = ctx.param("connected_layers", m)
-    hw_3d = [Hardware(chip, preset_ref(ctx, noc), m, n) for chip in ctx.param("chips_3d")
-             for noc in ctx.param("nocs_3d")]
+    nocs_3d = [preset_ref(ctx, noc) for noc in ctx.param("nocs_3d")]
+    hw_3d = [Hardware(chip, noc, m, n) for chip in ctx.param("chips_3d") for noc in nocs_3d]
     baseline_noc = preset_ref(ctx, ctx.param("baseline_noc"))
     hw_2p5d = [Hardware(chip, baseline_noc) for chip in ctx.param("baselines")]
     areas = {hw.label: _system_area_mm2(hw) for hw in hw_3d + hw_2p5d}
@@ -39,78 +99,118 @@ def baseline_comparison(ctx: StudyContext) -> None:
         raise UserInputError(f"study {ctx.recipe.name}: the 3D and 2.5D networks must have equal area (mm²), "
                              f"got {areas}")
     area_mm2 = next(iter(areas.values()))
-    scenarios = [(model, phase, batch) for model in models for phase in phases for batch in batches]
-    tasks = [PointTask(hw, scenario_of(ctx, *key)) for key in scenarios for hw in hw_3d + hw_2p5d]
-    results = iter(run_tasks(tasks, ctx.param("workers", 1)))
-    points, rows = [], []
-    for model, phase, batch in scenarios:
-        best_3d: Candidate | None = None
-        by_baseline: dict[str, tuple[Candidate | None, str]] = {}
-        for hw in hw_3d + hw_2p5d:
-            result = next(results)
-            top = result.best()
-            status = "ok" if top else result.status
-            points.append({"model": model, "phase": phase, "batch": batch, "kind": "3d" if hw in hw_3d else "2.5d",
-                           **hw.columns(), "status": status, "evaluated": len(result.candidates),
-                           **({k: v for k, v in top.columns().items() if k not in hw.columns()} if top else {})})
-            if hw in hw_3d:
-                if top and (best_3d is None or top.value() > best_3d.value()):
-                    best_3d = top
-            else:
-                by_baseline[hw.chip] = (top, status)
-        feasible_2p5d = [c for c, _ in by_baseline.values() if c]
-        best_2p5d = max(feasible_2p5d, key=lambda c: c.value(), default=None)
-        row = {"model": model, "phase": phase, "batch": batch, "area_mm2": area_mm2,
-               "stps_3d": best_3d.value() if best_3d else math.nan,
-               "utps_3d": best_3d.value("utps") if best_3d else math.nan,
-               "design_3d": f"{best_3d.hardware.label} {best_3d.schedule}" if best_3d else "infeasible"}
-        for chip, (top, status) in by_baseline.items():
-            row[f"stps_{chip}"] = top.value() if top else math.nan
-            row[f"utps_{chip}"] = top.value("utps") if top else math.nan
-            row[f"schedule_{chip}"] = top.schedule if top else ""
-            row[f"status_{chip}"] = status
-        row.update({"stps_2p5d": best_2p5d.value() if best_2p5d else math.nan,
-                    "utps_2p5d": best_2p5d.value("utps") if best_2p5d else math.nan,
-                    "best_2p5d": best_2p5d.hardware.chip if best_2p5d else "infeasible"})
-        row["speedup"] = (row["stps_3d"] / row["stps_2p5d"]) if best_3d and best_2p5d else math.nan
-        rows.append(row)
+    stackings = stacking_grid(ctx, square=False)
+    top_stacking, top_noc = _positive(ctx, "stacking_top_points", 1), _positive(ctx, "noc_top_points", 2)
+    max_pp, workers = _positive(ctx, "per_module_max_pp", 4), workers_of(ctx)
+
+    keys = [(model, phase, batch) for model in models for phase in phases for batch in batches]
+    pools = [_Pool(scenario_of(ctx, *key)) for key in keys]
+    _search(pools, [hw_3d + hw_2p5d] * len(pools), FIXED, max_pp, workers)
+    _search(pools, [[replace(hw, stacked_layers=sm, connected_layers=sn) for hw in pool.ranked(hw_3d)[:top_stacking]
+                     for sm, sn in stackings] for pool in pools], STACKING, max_pp, workers)
+    _search(pools, [[replace(hw, noc=noc) for hw in pool.ranked(pool.searched_3d())[:top_noc] for noc in nocs_3d]
+                    for pool in pools], NOC, max_pp, workers)
+
+    points = [_point_row(key, pool, hw, hw in hw_2p5d) for key, pool in zip(keys, pools, strict=True)
+              for hw in pool.results]
+    rows = [_comparison_row(key, pool, hw_3d, hw_2p5d, area_mm2) for key, pool in zip(keys, pools, strict=True)]
     ctx.write_csv("comparison.csv", rows)
     ctx.write_csv("points.csv", points)
-    _plot_speedups(ctx, rows, models, phases, batches)
-    shown = [{"model": r["model"], "phase": r["phase"], "batch": r["batch"], "3D STPS": r["stps_3d"],
-              "2.5D STPS": r["stps_2p5d"], "best 2.5D": r["best_2p5d"], "3D UTPS": r["utps_3d"],
-              "2.5D UTPS": r["utps_2p5d"], "speed-up": r["speedup"]} for r in rows]
-    valid = [r["speedup"] for r in rows if math.isfinite(r["speedup"])]
-    infeasible = [f"{r['model']} {r['phase']} b{r['batch']}" for r in rows if not math.isfinite(r["speedup"])]
-    text = (f"Equal area: {area_mm2:,.0f} mm² on both sides. 3D: {len(ctx.param('chips_3d'))} chips × "
-            f"{len(ctx.param('nocs_3d'))} NoCs at m = {m}, n = {n}, each with its best flat schedule; 2.5D: "
-            f"{', '.join(ctx.param('baselines'))} on {Path(baseline_noc).stem}.\n\n")
-    if valid:
-        text += (f"Speed-up (best 3D STPS / best 2.5D STPS) over {len(valid)} scenarios: min {min(valid):.2f}×, "
-                 f"median {float(np.median(valid)):.2f}×, max {max(valid):.2f}×.\n\n")
+    _plot_speedups(ctx, rows, models, phases, batches, m, n)
+    _write_summary(ctx, rows, points, area_mm2, m, n, stackings, Path(baseline_noc).stem)
+
+
+def _point_row(key: tuple, pool: _Pool, hw: Hardware, baseline: bool) -> dict:
+    result, top = pool.results[hw], pool.top(hw)
+    model, phase, batch = key
+    return {"model": model, "phase": phase, "batch": batch, "kind": "2.5d" if baseline else "3d",
+            "stage": pool.stages[hw], **hw.columns(), "status": "ok" if top else result.status,
+            "evaluated": len(result.candidates),
+            **({k: v for k, v in top.columns().items() if k not in hw.columns()} if top else {}),
+            **({"per_module": top.per_module} if top else {})}
+
+
+def _design(c: Candidate | None) -> str:
+    return f"{_short(c.hardware)} {c.schedule}" if c else "infeasible"
+
+
+def _comparison_row(key: tuple, pool: _Pool, hw_3d: list[Hardware], hw_2p5d: list[Hardware],
+                    area_mm2: float) -> dict:
+    model, phase, batch = key
+    fixed, searched = pool.best(hw_3d), pool.best(pool.searched_3d())
+    row = {"model": model, "phase": phase, "batch": batch, "area_mm2": area_mm2}
+    for suffix, best in (("", fixed), ("_searched", searched)):
+        row[f"stps_3d{suffix}"] = best.value() if best else math.nan
+        row[f"utps_3d{suffix}"] = best.value("utps") if best else math.nan
+        row[f"design_3d{suffix}"] = _design(best)
+    for hw in hw_2p5d:
+        top = pool.top(hw)
+        row[f"stps_{hw.chip}"] = top.value() if top else math.nan
+        row[f"utps_{hw.chip}"] = top.value("utps") if top else math.nan
+        row[f"schedule_{hw.chip}"] = top.schedule if top else ""
+        row[f"status_{hw.chip}"] = "ok" if top else pool.results[hw].status
+    best_2p5d = pool.best(hw_2p5d)
+    row.update({"stps_2p5d": best_2p5d.value() if best_2p5d else math.nan,
+                "utps_2p5d": best_2p5d.value("utps") if best_2p5d else math.nan,
+                "best_2p5d": best_2p5d.hardware.chip if best_2p5d else "infeasible"})
+    row["speedup"] = row["stps_3d"] / row["stps_2p5d"] if fixed and best_2p5d else math.nan
+    row["speedup_searched"] = row["stps_3d_searched"] / row["stps_2p5d"] if searched and best_2p5d else math.nan
+    return row
+
+
+def _spread(values: list[float]) -> str:
+    return (f"min {min(values):.2f}×, median {float(np.median(values)):.2f}×, max {max(values):.2f}×"
+            if values else "none")
+
+
+def _write_summary(ctx: StudyContext, rows: list[dict], points: list[dict], area_mm2: float, m: int, n: int,
+                   stackings: list[tuple[int, int]], baseline_noc: str) -> None:
+    fixed_label, searched_label = f"m = {m}, n = {n}", "searched"
+    shown = [{"model": r["model"], "phase": r["phase"], "batch": r["batch"],
+              f"3D STPS, {fixed_label}": r["stps_3d"], "3D STPS, searched": r["stps_3d_searched"],
+              "2.5D STPS": r["stps_2p5d"], "best 2.5D": r["best_2p5d"],
+              f"speed-up, {fixed_label}": r["speedup"], "speed-up, searched": r["speedup_searched"],
+              f"3D design, {fixed_label}": r["design_3d"], "3D design, searched": r["design_3d_searched"],
+              "2.5D schedule": r.get(f"schedule_{r['best_2p5d']}", "")} for r in rows]
+    per_module = sum(1 for p in points if p.get("per_module") is True)
+    text = (f"Equal area: {area_mm2:,.0f} mm² on both sides. Both sides search every flat strategy and the "
+            f"per-module schedules (attention TP·CP·DP × FFN/MoE TP·EP, PP ≤ {ctx.param('per_module_max_pp', 4)}), "
+            f"collectives auto-tuned. 3D, {fixed_label}: {len(ctx.param('chips_3d'))} chips × "
+            f"{len(ctx.param('nocs_3d'))} NoCs; 3D, {searched_label}: in addition the {len(stackings)} stackings "
+            f"(m, n ≤ m) with m in {sorted({sm for sm, _ in stackings})} on the best "
+            f"{ctx.param('stacking_top_points', 1)} fixed-stack point(s), then every NoC on the best "
+            f"{ctx.param('noc_top_points', 2)} point(s) so far. 2.5D: {', '.join(ctx.param('baselines'))} on "
+            f"{baseline_noc}. {len(points)} hardware points searched; the best schedule is per-module on "
+            f"{per_module} of them.\n\n")
+    for label, key in ((fixed_label, "speedup"), (searched_label, "speedup_searched")):
+        valid = [r[key] for r in rows if math.isfinite(r[key])]
+        text += f"Speed-up (3D STPS, {label} / best 2.5D STPS) over {len(valid)} scenarios: {_spread(valid)}.\n\n"
+    infeasible = [f"{r['model']} {r['phase']} b{r['batch']}" for r in rows if not math.isfinite(r["speedup_searched"])]
     if infeasible:
         text += "No feasible design on one side (speed-up not defined): " + ", ".join(infeasible) + ".\n\n"
-    ctx.write_summary(text + ctx.key_table("Best 3D against best 2.5D design per scenario, at equal area", shown))
+    ctx.write_summary(text + ctx.key_table("Best 3D (fixed stack and searched) against best 2.5D design per "
+                                           "scenario, at equal area", shown))
 
 
 def _plot_speedups(ctx: StudyContext, rows: list[dict], models: list[str], phases: list[str],
-                   batches: list[int]) -> None:
-    fig, axes = figure(4.0 + 1.6 * len(models) * len(phases), 4.5)
-    ax = axes
+                   batches: list[int], m: int, n: int) -> None:
+    fig, _ = figure(4.0 + 1.6 * len(models) * len(phases), 8.5)
+    fig.clf()
     groups = [(model, phase) for phase in phases for model in models]
     width = 0.8 / len(batches)
-    lookup = {(r["model"], r["phase"], r["batch"]): r["speedup"] for r in rows}
-    for i, batch in enumerate(batches):
-        values = [lookup.get((model, phase, batch), math.nan) for model, phase in groups]
-        x = np.arange(len(groups)) + (i - (len(batches) - 1) / 2) * width
-        heights = [v if math.isfinite(v) else 0.0 for v in values]
-        ax.bar(x, heights, width, label=f"batch {batch}")
-        for xi, v in zip(x, values, strict=True):
-            if not math.isfinite(v):
-                ax.text(xi, 0.02, "n/f", ha="center", va="bottom", fontsize=7, rotation=90)
-    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
-    ax.set_xticks(np.arange(len(groups)), [f"{model}\n{phase}" for model, phase in groups], fontsize=8)
-    ax.set_ylabel("speed-up: best 3D STPS / best 2.5D STPS")
-    ax.set_title("3D vs 2.5D at equal area (n/f: no feasible design on a side)")
-    ax.legend(fontsize=8)
+    for ax, (key, label) in zip(fig.subplots(2, 1), (("speedup", f"3D at m = {m}, n = {n}"),
+                                                     ("speedup_searched", "3D stacking/NoC-searched")), strict=True):
+        lookup = {(r["model"], r["phase"], r["batch"]): r[key] for r in rows}
+        for i, batch in enumerate(batches):
+            values = [lookup.get((model, phase, batch), math.nan) for model, phase in groups]
+            x = np.arange(len(groups)) + (i - (len(batches) - 1) / 2) * width
+            ax.bar(x, [v if math.isfinite(v) else 0.0 for v in values], width, label=f"batch {batch}")
+            for xi, v in zip(x, values, strict=True):
+                if not math.isfinite(v):
+                    ax.text(xi, 0.02, "n/f", ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+        ax.set_xticks(np.arange(len(groups)), [f"{model}\n{phase}" for model, phase in groups], fontsize=8)
+        ax.set_ylabel("speed-up: 3D STPS / best 2.5D STPS")
+        ax.set_title(f"{label} vs 2.5D at equal area (n/f: no feasible design on a side)")
+        ax.legend(fontsize=8)
     ctx.save_png("speedup.png", fig)

@@ -139,14 +139,24 @@ def flat_schedules(sc: Scenario, devices: int, capacity_B: float, restricted: bo
     return [s.to_schedule() for s in kept]
 
 
-def per_module_schedules(sc: Scenario, devices: int, capacity_B: float, max_pp: int) -> list[Schedule]:
-    """Per-module schedules: attention TP·DP × FFN/MoE TP·EP (TP·DP for a dense FFN) on the same devices per
-    pipeline stage, for PP ≤ ``max_pp``, FSDP off, collectives auto.
+def _attention_layouts(per_stage: int, pp: int, with_cp: bool) -> list[Strategy]:
+    """Attention layouts of one pipeline stage: TP·DP, or TP·CP·DP with ``with_cp``."""
+    layouts = []
+    for tp in divisors(per_stage):
+        for cp in divisors(per_stage // tp) if with_cp else (1,):
+            layouts.append(Strategy(tp=tp, cp=cp, dp=per_stage // (tp * cp), pp=pp))
+    return layouts
+
+
+def per_module_schedules(sc: Scenario, devices: int, capacity_B: float, max_pp: int,
+                         attention_cp: bool = False) -> list[Schedule]:
+    """Per-module schedules: attention TP·DP (TP·CP·DP with ``attention_cp``) × FFN/MoE TP·EP (TP·DP for a dense
+    FFN) on the same devices per pipeline stage, for PP ≤ ``max_pp``, FSDP off, collectives auto.
 
     Each module's layout must pass the composer's rules that concern it (:data:`ATTENTION_RULES`,
     :data:`FFN_RULES`, checked as flat strategies with the same PP), and the schedule must fit in memory. Pairs
     with the same TP in both modules split tokens the same way as the flat TP·EP (or TP·DP) strategy and are
-    left to the flat search.
+    left to the flat search (with attention CP only for a dense FFN: a flat CP strategy does not shard experts).
     """
     second = "ep" if sc.model.is_moe else "dp"
     usable = usable_capacity_B(capacity_B)
@@ -155,12 +165,12 @@ def per_module_schedules(sc: Scenario, devices: int, capacity_B: float, max_pp: 
         if pp > max_pp:
             break
         per_stage = devices // pp
-        for tp_a in divisors(per_stage):
-            attention = Strategy(tp=tp_a, dp=per_stage // tp_a, pp=pp)
+        for attention in _attention_layouts(per_stage, pp, attention_cp):
             if any(_RULES[name](sc, attention) for name in ATTENTION_RULES):
                 continue
+            flat_like = attention.cp == 1 or second == "dp"  # CP splits a dense FFN's tokens like DP
             for tp_f in divisors(per_stage):
-                if tp_f == tp_a:
+                if tp_f == attention.tp and flat_like:
                     continue
                 ffn = Strategy(tp=tp_f, pp=pp, **{second: per_stage // tp_f})
                 if any(_RULES[name](sc, ffn) for name in FFN_RULES):
@@ -194,7 +204,8 @@ class PointTask:
     """What :func:`search_point` evaluates: a hardware point, a scenario and which schedules.
 
     ``scopes`` picks schedule families: ``restricted`` (flat with EP = SP = CP = 1), ``flat`` (every flat
-    strategy), ``per_module`` (:func:`per_module_schedules`). ``collectives`` lists "fixed" and/or "auto".
+    strategy), ``per_module`` (:func:`per_module_schedules`; ``attention_cp`` adds CP to its attention layouts).
+    ``collectives`` lists "fixed" and/or "auto".
     """
 
     hardware: Hardware
@@ -203,6 +214,7 @@ class PointTask:
     collectives: tuple[str, ...] = ("auto",)
     serialise: bool = False
     max_pp: int = 1
+    attention_cp: bool = False
 
 
 def search_point(task: PointTask) -> PointResult:
@@ -225,7 +237,8 @@ def search_point(task: PointTask) -> PointResult:
     elif "restricted" in task.scopes:
         schedules += [(s, False, True) for s in flat_schedules(sc, devices, capacity, restricted=True)]
     if "per_module" in task.scopes:
-        schedules += [(s, True, s.ffn.ep == 1) for s in per_module_schedules(sc, devices, capacity, task.max_pp)]
+        schedules += [(s, True, s.ffn.ep == 1 and s.attention.cp == 1)
+                      for s in per_module_schedules(sc, devices, capacity, task.max_pp, task.attention_cp)]
     if not schedules:
         result.status = f"memory: no schedule of {devices} devices fits {capacity / GiB:.1f} GiB per device"
         return result
