@@ -94,7 +94,19 @@ def _reject_single_energy(data):
     return data
 
 
-class Stacked3DDram(Frozen):
+class DramEnergy(Frozen):
+    """The access energy of a DRAM, in two parts (docs/calibration.md §3): every bit moved, every row opened."""
+
+    transfer_pJ_per_bit: float = Field(gt=0, le=1000, description=TRANSFER_DOC)
+    activation_pJ_per_row_bit: float = Field(ge=0, le=1000, description=ACTIVATION_DOC)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_energy(cls, data):
+        return _reject_single_energy(data)
+
+
+class Stacked3DDram(DramEnergy):
     """3D-stacked DRAM over the logic die: m stacked layers (capacity, heat), n ≤ m connected (bandwidth)."""
 
     technology: Literal["3d-stacked"] = "3d-stacked"
@@ -107,13 +119,6 @@ class Stacked3DDram(Frozen):
     connectivity: Literal["direct", "interleaved"] = "direct"
     interleave_ways: int = Field(4, ge=1, le=64, description="banks sharing one channel when interleaved")
     timing: DramTiming
-    transfer_pJ_per_bit: float = Field(gt=0, le=1000, description=TRANSFER_DOC)
-    activation_pJ_per_row_bit: float = Field(ge=0, le=1000, description=ACTIVATION_DOC)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _split_energy(cls, data):
-        return _reject_single_energy(data)
 
     @model_validator(mode="after")
     def _n_le_m(self) -> Stacked3DDram:
@@ -138,7 +143,7 @@ class Stacked3DDram(Frozen):
         return self.banks_per_layer * self.connected_layers
 
 
-class HBMDram(Frozen):
+class HBMDram(DramEnergy):
     """2.5D HBM stacks beside the die (the H100*/H200* baselines and the real GPUs)."""
 
     technology: Literal["hbm"] = "hbm"
@@ -148,13 +153,6 @@ class HBMDram(Frozen):
     banks_per_stack: int = Field(ge=1, le=65536, description="channels × pseudo-channels × banks")
     row_bytes: int = Field(ge=32, le=65536)
     timing: DramTiming
-    transfer_pJ_per_bit: float = Field(gt=0, le=1000, description=TRANSFER_DOC)
-    activation_pJ_per_row_bit: float = Field(ge=0, le=1000, description=ACTIVATION_DOC)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _split_energy(cls, data):
-        return _reject_single_energy(data)
 
     @property
     def capacity_B(self) -> float:
