@@ -376,3 +376,10 @@ def network_accuracy(*, plot: str | None = None) -> dict[str, Any]:
     if plot is not None:
         data["plot"] = str(accuracy.plot(result, plot))
     return data
+
+
+def accuracy_summary() -> list[dict[str, Any]]:
+    """One row per check and family: weighted and median error, rows scored, rows the model failed on."""
+    network = network_accuracy()
+    return [{"check": "network", "family": family, **score, "failures": len(network["failures"])}
+            for family, score in network["families"].items()]

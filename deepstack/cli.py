@@ -459,6 +459,21 @@ def accuracy_network(
         report.console.print(f"plot: {result['plot']}", markup=False, highlight=False)
 
 
+@accuracy_app.command("all")
+def accuracy_all(json_out: JsonFlag = False) -> None:
+    """Every accuracy check's headline figures (today: the network against ASTRA-sim NS-3), one row per family.
+    A report: exits 0 whatever the errors; the per-check commands give the detail.
+
+    Example: deepstack accuracy all --json
+    """
+    rows = api.accuracy_summary()
+    if json_out:
+        report.print_json(rows)
+        return
+    report.table("accuracy against the reference data (validation/)", rows,
+                 ["check", "family", "weighted_pct", "median_pct", "rows", "failures"])
+
+
 def _fail(message: str) -> int:
     print(f"deepstack: error: {' '.join(message.split())}", file=sys.stderr)
     return 2

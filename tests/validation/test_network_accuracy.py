@@ -192,3 +192,15 @@ def test_cli_text_report(cli):
     for needle in ("140 rows", "133 with a simulated time", "error per topology family", "error per panel",
                    "error per payload size", "no reference"):
         assert needle in result.out, needle
+
+
+def test_accuracy_all_gives_each_checks_headline_figures(cli):
+    result = cli("accuracy", "all", "--json")
+    assert result.code == 0, result.err
+    rows = {(row["check"], row["family"]): row for row in result.json()}
+    network = acc.network_accuracy()
+    assert set(rows) == {("network", "switch"), ("network", "torus")}
+    for (_, family), row in rows.items():
+        weighted, median, scored = network.families[family]
+        assert (row["weighted_pct"], row["median_pct"], row["rows"], row["failures"]) == pytest.approx(
+            (weighted, median, scored, 0))
