@@ -9,10 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
-from deepstack.models import memo
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import pareto
 from deepstack.search.objectives import OBJECTIVES
@@ -20,21 +18,6 @@ from deepstack.search.sweep.points import METRIC_COLUMNS
 
 HARDWARE_COLUMNS = ("chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale",
                     "level_bw_scales")
-DENSITY = "power_density_W_per_mm2"  # a report metric (Metrics) each row gets beside temperature_c
-ROW_METRICS = (*METRIC_COLUMNS, *((DENSITY,) if DENSITY not in METRIC_COLUMNS else ()))
-
-
-@memo.cached(maxsize=256)
-def _silicon_mm2(chip: str, noc: str) -> float:
-    """Silicon of every device of a row's hardware: the network's devices × the chip's device area."""
-    return catalog.load("nocs", noc).devices * catalog.load("chips", chip).device.area_mm2
-
-
-def with_density(row: dict) -> dict:
-    """``row`` with its power density (W/mm², as the report's metric: system power over system silicon)."""
-    if DENSITY in row or "power_w" not in row:
-        return row
-    return {**row, DENSITY: row["power_w"] / _silicon_mm2(row["chip"], row["noc"])}
 
 
 def front(rows: list[dict], objectives: list[str]) -> list[dict]:
@@ -44,8 +27,7 @@ def front(rows: list[dict], objectives: list[str]) -> list[dict]:
         return []
     values = np.array([[r[OBJECTIVES[o][0]] for o in objectives] for r in feasible], dtype=float)
     mask = pareto.nondominated_mask(values, objectives)
-    kept = [with_density({**{o: r[OBJECTIVES[o][0]] for o in objectives},
-                          **{k: v for k, v in r.items() if k != "_score"}})
+    kept = [{**{o: r[OBJECTIVES[o][0]] for o in objectives}, **{k: v for k, v in r.items() if k != "_score"}}
             for r, keep in zip(feasible, mask, strict=True) if keep]
     return sorted(kept, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
 
@@ -70,13 +52,13 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
     """Write a finished sweep's files into ``result.out`` (a :class:`~deepstack.search.sweep.SweepResult`)."""
     out = Path(result.out)
     out.mkdir(parents=True, exist_ok=True)
-    columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *ROW_METRICS]
+    columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *METRIC_COLUMNS]
     for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
         names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
         with open(out / name, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(names)
-            writer.writerows(_csv_cells(map(with_density, data), names))
+            writer.writerows(_csv_cells(data, names))
     summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
                "wall_s": result.wall_s, "objectives": result.objectives, "tiers": result.tiers,
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {

@@ -14,8 +14,8 @@ from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.schedules import evaluate_schedules
 from deepstack.search.space import HardwarePoint, design_point, load_space, scaled_network
 
-METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "frequency_ghz",
-                  "memory_gib")
+METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c",
+                  "power_density_W_per_mm2", "frequency_ghz", "memory_gib")
 
 
 @dataclass(frozen=True)
