@@ -96,21 +96,13 @@ def show_preset(name: str) -> tuple[str, dict[str, Any]]:
     return kind, {"kind": catalog.KINDS[kind], "summary": _ROWS[kind](obj), "preset": obj.model_dump(mode="json")}
 
 
-def with_prefill_chunk(scenario: Scenario, prefill_chunk_tokens: int | None) -> Scenario:
-    """``scenario`` with its prefill token budget per step set (None keeps the scenario's; unset, each schedule
-    gets vLLM's default halved until it fits in memory)."""
-    if prefill_chunk_tokens is None:
-        return scenario
-    return validate(Scenario, {**scenario.model_dump(), "prefill_chunk_tokens": prefill_chunk_tokens},
-                    origin="--prefill-chunk-tokens")
-
-
-def with_cooling(scenario: Scenario, ambient_c: float | None, max_temp_c: float | None) -> Scenario:
-    """``scenario`` in the cooling environment of the flags (None keeps the scenario's, else the chip's)."""
-    for flag, key, value in (("--ambient-c", "ambient_c", ambient_c), ("--max-temp-c", "max_temp_c", max_temp_c)):
+def with_flags(scenario: Scenario, **values) -> Scenario:
+    """``scenario`` with the scenario fields the command's flags set (``prefill_chunk_tokens``, ``ambient_c``,
+    ``max_temp_c``; None keeps the scenario's value), each validated so an error names its flag."""
+    for key, value in values.items():
         if value is not None:
             fields = {name: getattr(scenario, name) for name in Scenario.model_fields}
-            scenario = validate(Scenario, {**fields, key: value}, origin=flag)
+            scenario = validate(Scenario, {**fields, key: value}, origin="--" + key.replace("_", "-"))
     return scenario
 
 
@@ -141,9 +133,8 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     then carries the search's summary). Raises ``UserInputError`` for bad input and for a request that cannot
     fit (memory), naming the field.
     """
-    scenario = with_prefill_chunk(build_scenario(model, phase, batch, input_len, output_len, precision),
-                                  prefill_chunk_tokens)
-    scenario = with_cooling(scenario, ambient_c, max_temp_c)
+    scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
     if system and (chip or noc):
         raise UserInputError("--system replaces --chip and --noc; give one or the other")
     if system:
@@ -183,8 +174,8 @@ def strategies(*, devices: int, model: str | None = None, phase: str = "decode",
         kept = enumerate_strategies(devices)
         pruned: dict[str, int] = {}
     else:
-        scenario = with_prefill_chunk(build_scenario(model, phase, batch, input_len, output_len, precision),
-                                      prefill_chunk_tokens)
+        scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
+                              prefill_chunk_tokens=prefill_chunk_tokens)
         capacity = None
         if chip is not None:
             dev = resolve_device(catalog.load("chips", chip), stacked_layers, connected_layers)
@@ -296,9 +287,8 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
     from deepstack.search import optimize as opt
 
     objectives = opt.parse_objectives(objective)
-    scenario = with_prefill_chunk(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
-                                  prefill_chunk_tokens)
-    scenario = with_cooling(scenario, ambient_c, max_temp_c)
+    scenario = with_flags(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
     _check_cooling(space, scenario)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress)
@@ -342,9 +332,8 @@ def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None
     from deepstack.search import sweep as sw
 
     objectives = opt.parse_objectives(objective)
-    scenario = with_prefill_chunk(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
-                                  prefill_chunk_tokens)
-    scenario = with_cooling(scenario, ambient_c, max_temp_c)
+    scenario = with_flags(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
     _check_cooling(space, scenario)
     folder = out or f"studies/sweep-{mode}"
     result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
