@@ -15,7 +15,7 @@ from deepstack.errors import UserInputError
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
-from deepstack.models.parallel.memory import feasible_strategies, memory_footprint, usable_capacity_B
+from deepstack.models.parallel.memory import feasible_strategies, fits
 from deepstack.models.parallel.strategies import PRUNING_RULES, Strategy, divisors
 from deepstack.models.reporting import GiB
 from deepstack.models.results import Report
@@ -159,7 +159,6 @@ def per_module_schedules(sc: Scenario, devices: int, capacity_B: float, max_pp: 
     left to the flat search (with attention CP only for a dense FFN: a flat CP strategy does not shard experts).
     """
     second = "ep" if sc.model.is_moe else "dp"
-    usable = usable_capacity_B(capacity_B)
     out = []
     for pp in divisors(devices):
         if pp > max_pp:
@@ -176,7 +175,7 @@ def per_module_schedules(sc: Scenario, devices: int, capacity_B: float, max_pp: 
                 if any(_RULES[name](sc, ffn) for name in FFN_RULES):
                     continue
                 schedule = Schedule(attention=attention.module(), ffn=ffn.module(), pp=pp)
-                if memory_footprint(sc, schedule).total_B <= usable:
+                if fits(sc, schedule, capacity_B):
                     out.append(schedule)
     return out
 
