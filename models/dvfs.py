@@ -4,9 +4,12 @@ The thermal frequency (:func:`~deepstack.models.thermal.thermal_frequency_scale`
 thermal resistance in the device's cooling environment (ambient and limit: the chip's ``thermal`` table, or the
 scenario's ``ambient_c`` / ``max_temp_c``). If the device's power at that clock still exceeds what it may draw —
 its TDP, or less where the package cannot remove the TDP at the limit — the largest clock at which it fits is found
-by bisection (core energy ∝ V² ∝ f², time from re-timing every row at that clock). So a device runs at or below
-the limit, as a GPU's power and thermal throttling keep it; one that cannot even idle below the limit (static
-power alone too much) runs at the lowest clock and is reported above the limit (infeasible).
+by bisection (core energy ∝ V² ∝ f², time from re-timing every row at that clock). That is the paper's
+``static`` policy; under ``boost`` (the chip's ``thermal.dvfs``) the clock starts at nominal, as GPU Boost
+does, and only the power budget lowers it, so only a design that draws more than its package removes slows.
+Either way a device runs at or below the limit, as a GPU's power and thermal throttling keep it; one that
+cannot even idle below the limit (static power alone too much) runs at the lowest clock and is reported above
+the limit (infeasible).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from deepstack.schema import Network
 DVFS_BISECTION_STEPS = 40  # halvings of the frequency interval: far below any meaningful precision
 MIN_CLOCK_SCALE = 1e-3  # a design that needs a clock 1000× below nominal to fit its TDP cannot run at all
 WALL_TOLERANCE = 1e-6  # relative: a power this close to the budget is at the wall (the bisection stops just below)
+
+STATIC, BOOST = "static", "boost"  # the clock policies (schema Thermal.dvfs)
 
 # what set a device's clock (see :func:`clock_limit`)
 NOMINAL, THERMAL_CLOCK, POWER_WALL, THERMAL_WALL, ABOVE_LIMIT = (
@@ -50,7 +55,10 @@ def tdp_bound(dev: DeviceSpec, budget_w: float) -> bool:
 
 
 def thermal_scale(dev: DeviceSpec) -> float:
-    """f_th / f_nominal of ``dev`` in its cooling environment."""
+    """The clock DVFS starts from, relative to nominal: f_th / f_nominal of ``dev`` in its cooling environment
+    under the paper's static policy; nominal under ``boost``, where only the power budget lowers the clock."""
+    if dev.dvfs == BOOST:
+        return 1.0
     return thermal.thermal_frequency_scale(dev.tdp_W, layers_of(dev), dev.device_area_mm2, dev.ambient_c,
                                            dev.target_c)
 

@@ -25,7 +25,7 @@ EXPECTED_COLUMNS = {
                    "area_l2_mm2", "area_dram_interface_mm2", "area_noc_mm2", "area_overhead_mm2", "area_total_mm2"},
     "stacked-vs-connected": {"phase", "batch", "stacked_layers", "connected_layers", "objective", "status", "stps",
                              "tokens_per_joule", "schedule", "w_per_mm2", "feasible"},
-    "thermal": {"ambient_c", "chip", "noc", "phase", "batch", "stacked_layers", "connected_layers", "status",
+    "thermal": {"dvfs", "ambient_c", "chip", "noc", "phase", "batch", "stacked_layers", "connected_layers", "status",
                 "temperature_c", "power_density_W_per_mm2", "clock_limit", "feasible", "violations", "above_limit",
                 "thermal_violation"},
 }
@@ -137,9 +137,10 @@ def test_thermal_share_above_85c_matches_the_csv(cli, tmp_path_factory, cache):
     rows = _read(next(f for f in result["files"] if f.endswith("points.csv")))
     share = _read(next(f for f in result["files"] if f.endswith("share.csv")))
     assert share and {s["ambient_c"] for s in share} == {"25.0", "45.0"}  # the quick recipe's two ambients
+    assert {s["dvfs"] for s in share} == {"static", "boost"}  # both clock policies
     for s in share:
-        regime = [r for r in rows if (r["ambient_c"], r["phase"], r["batch"]) == (s["ambient_c"], s["phase"],
-                                                                               s["batch"])]
+        regime = [r for r in rows if (r["dvfs"], r["ambient_c"], r["phase"], r["batch"])
+                  == (s["dvfs"], s["ambient_c"], s["phase"], s["batch"])]
         evaluated = [r for r in regime if r["status"] == EVALUATED]
         above = [r for r in evaluated if float(r["temperature_c"]) > 85.0]
         assert int(s["evaluated"]) == len(evaluated)
@@ -156,6 +157,12 @@ def test_thermal_share_above_85c_matches_the_csv(cli, tmp_path_factory, cache):
             r_c_per_w = 0.56 + 0.01 * int(r["stacked_layers"])
             assert float(r["temperature_c"]) == pytest.approx(float(r["ambient_c"])
                                                               + r_c_per_w * float(r["power_w_per_device"]))
+    # boost starts from the nominal clock: at the warm coolant it never runs slower than the static policy
+    clock = {(r["dvfs"], r["ambient_c"], r["chip"], r["phase"], r["stacked_layers"], r["connected_layers"]):
+             float(r["clock_share"]) for r in rows if r["status"] == EVALUATED}
+    warm = [key for key in clock if key[:2] == ("static", "45.0")]
+    assert warm and all(clock[("boost", *key[1:])] >= clock[key] for key in warm)
+    assert any(clock[("boost", *key[1:])] > clock[key] for key in warm)
 
 
 def test_share_above_counts_feasible_and_infeasible_designs():

@@ -162,6 +162,39 @@ def test_an_overdrawn_device_meets_the_thermal_wall_below_its_tdp():
     assert limit == dvfs.POWER_WALL
 
 
+def _boosted(m: int, ambient_c: float | None = None):
+    chip = cooled(catalog.load("chips", "standard"), ambient_c, None)
+    chip = chip.model_copy(update={"thermal": chip.thermal.model_copy(update={"dvfs": dvfs.BOOST})})
+    return resolve_device(chip, m, m)
+
+
+def test_boost_runs_at_nominal_until_the_budget_binds():
+    """Boost (GPU-Boost-like) DVFS, m = 4, 45 °C, P_th = 40/0.60 = 66.667 W. A step drawing 10 + 50 = 60 W at
+    nominal fits: nominal clock, T = 45 + 0.6 × 60 = 81 °C (the static policy would run it at f_th = 0.857 and
+    10 + 50·17/27 = 41.48 W). A step drawing 10 + 90 = 100 W does not: the clock drops to the thermal wall,
+    ((66.667 − 10)/90)^(1/3) = (17/27)^(1/3) (the same clock f_th gives it: a full-TDP device is where the two
+    policies agree), at exactly 85 °C."""
+    scale, _, power_w, temperature, limit = _dvfs(_Step(1e-3, 0.05), _boosted(4, 45.0))
+    assert (scale, limit) == (1.0, dvfs.NOMINAL)
+    assert power_w == pytest.approx(60.0) and temperature == pytest.approx(81.0)
+    scale, _, power_w, _, limit = _dvfs(_Step(1e-3, 0.05), _device(4, 45.0))
+    assert scale == pytest.approx(F_TH_4_AT_45) and power_w == pytest.approx(10 + 50 * 17 / 27)
+    assert limit == dvfs.THERMAL_CLOCK
+    scale, _, power_w, temperature, limit = _dvfs(_Step(1e-3, 0.09), _boosted(4, 45.0))
+    assert scale == pytest.approx(F_TH_4_AT_45, rel=1e-9) and power_w <= 200 / 3
+    assert temperature == pytest.approx(85.0) and limit == dvfs.THERMAL_WALL
+
+
+def test_boost_never_clocks_below_the_static_policy():
+    """Over stackings and coolants, the same step under boost runs at least as fast as under the paper's static
+    policy (boost starts from nominal instead of f_th; both then obey the same budget) and never above the limit."""
+    for m, ambient, core_J in itertools.product((1, 4, 8, 10), (25.0, 45.0), (0.03, 0.09, 0.18)):
+        static = _dvfs(_Step(1e-3, core_J), _device(m, ambient))
+        boost = _dvfs(_Step(1e-3, core_J), _boosted(m, ambient))
+        assert boost[0] >= static[0] - 1e-12
+        assert boost[3] <= 85.0 + 1e-6
+
+
 def test_a_device_that_cannot_idle_below_the_limit_is_above_it():
     """80 °C coolant, m = 4: the package removes 5/0.60 = 8.3 W, less than the 10 W static power. The device runs
     at the lowest clock and is reported above the limit (10 W → 86 °C), not refused."""

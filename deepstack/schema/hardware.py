@@ -197,6 +197,10 @@ class Thermal(Frozen):
     ambient_c: float = Field(25.0, ge=-50, le=100)
     target_c: float = Field(85.0, ge=0, le=200, description="design target (DRAM normal range)")
     hard_limit_c: float = Field(95.0, ge=0, le=200)
+    dvfs: Literal["static", "boost"] = Field(
+        "static", description='how DVFS picks the clock: "static" (paper §4.1.2: first the thermally sustainable '
+                              'clock f_th of the stacking, then the power wall) or "boost" (as GPU Boost does: the '
+                              'nominal clock, lowered only as far as the power budget min(TDP, P_th) requires)')
 
 
 class Table2Row(Frozen):

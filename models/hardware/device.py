@@ -72,6 +72,7 @@ class DeviceSpec:
     hard_limit_c: float = field(compare=False)
     device_area_mm2: float = field(compare=False)
     process_nm: int = 7  # sets the energy per operation (models/power.py); compared, as the energies are keyed on it
+    dvfs: str = field(default="static", compare=False)  # the clock policy (schema Thermal.dvfs; models/dvfs.py)
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -169,4 +170,5 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         min_tile=(chip.pe.min_tile.m, chip.pe.min_tile.n, chip.pe.min_tile.k), wgmma=chip.pe.wgmma, dram=dram_spec,
         tdp_W=chip.tdp_W, area=breakdown, ambient_c=chip.thermal.ambient_c, target_c=chip.thermal.target_c,
         hard_limit_c=chip.thermal.hard_limit_c, device_area_mm2=d.area_mm2, process_nm=chip.process_nm,
+        dvfs=chip.thermal.dvfs,
     )

@@ -4,6 +4,7 @@ clock, the power wall, the thermal wall) and which the limit removes (above it a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ import numpy as np
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.models import dvfs
+from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import resolve_device
 from deepstack.models.results import Report
 from deepstack.schema import build_scenario
@@ -38,7 +40,8 @@ from deepstack.search.studies.cells import (
 
 HARD_LIMIT_C = 95.0  # paper §4.1.2: the hard limit (counted, not enforced)
 THROTTLED = (dvfs.THERMAL_CLOCK, dvfs.POWER_WALL, dvfs.THERMAL_WALL)
-DESIGN_KEYS = ("chip", "noc", "phase", "batch", "stacked_layers", "connected_layers")  # one design, any ambient
+DESIGN_KEYS = ("dvfs", "chip", "noc", "phase", "batch", "stacked_layers", "connected_layers")  # one design, any ambient
+POLICIES = (dvfs.STATIC, dvfs.BOOST)
 
 
 def share_above(rows: list[dict], limit_c: float) -> dict:
@@ -56,19 +59,21 @@ class ThermalCell:
     cell: Cell
     ambients_c: tuple[float, ...]
     max_temp_c: float | None  # None: each chip's limit
+    policies: tuple[str, ...] = (dvfs.STATIC,)  # DVFS clock policies (schema Thermal.dvfs)
 
 
 def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
-    """One row per ambient: the best schedule's report flattened, with what set its clock."""
+    """One row per DVFS policy and ambient: the best schedule's report flattened, with what set its clock."""
     c = task.cell
     workload = build_scenario(c.model, c.phase, c.batch, c.input_len, c.output_len, c.precision,
                               origin="study scenario")
     rows = []
-    for ambient in task.ambients_c:
-        design = common.point(c.chip, workload.with_cooling(ambient, task.max_temp_c), c.noc, c.stacked_layers,
-                              c.connected_layers)
-        base = {"ambient_c": ambient, "chip": c.chip, "noc": design.network.name if design.network else "",
-                "phase": c.phase, "batch": c.batch, "stacked_layers": c.stacked_layers,
+    for policy, ambient in ((p, a) for p in task.policies for a in task.ambients_c):
+        design = with_policy(common.point(c.chip, workload.with_cooling(ambient, task.max_temp_c), c.noc,
+                                          c.stacked_layers, c.connected_layers), policy)
+        base = {"dvfs": policy, "ambient_c": ambient, "chip": c.chip,
+                "noc": design.network.name if design.network else "", "phase": c.phase, "batch": c.batch,
+                "stacked_layers": c.stacked_layers,
                 "connected_layers": c.connected_layers, "objective": c.objectives[0]}
         try:
             dev = resolve_device(design.chip, design.stacked_layers, design.connected_layers, design.network)
@@ -82,6 +87,24 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
             continue
         rows.append(_row(report, dev, base))
     return rows
+
+
+def with_policy(design: DesignPoint, policy: str) -> DesignPoint:
+    """``design`` with its chip's DVFS clock policy set to ``policy``."""
+    thermal = design.chip.thermal
+    if thermal.dvfs == policy:
+        return design
+    chip = design.chip.model_copy(update={"thermal": thermal.model_copy(update={"dvfs": policy})})
+    return dataclasses.replace(design, chip=chip)
+
+
+def policies_of(ctx: StudyContext) -> list[str]:
+    """The recipe's ``dvfs`` policies (default: the paper's static rule alone)."""
+    values = ctx.params.get("dvfs", [dvfs.STATIC])
+    if not isinstance(values, list) or not values or any(v not in POLICIES for v in values):
+        raise UserInputError(f"study {ctx.recipe.name}: parameters.dvfs: must be a non-empty list of "
+                             f"{' / '.join(POLICIES)} (got {values!r})")
+    return list(dict.fromkeys(values))
 
 
 def _row(report: Report, dev, base: dict) -> dict:
@@ -117,15 +140,16 @@ def _median(values: list[float]) -> float:
 
 
 def add_stps_ratios(rows: list[dict], coolest: float) -> None:
-    """Give each evaluated row its STPS over the same design's at the coolest ambient (``stps_vs_coolest``)."""
+    """Give each evaluated row its STPS over the same design's (same DVFS policy) at the coolest ambient
+    (``stps_vs_coolest``)."""
     base = {tuple(r[k] for k in DESIGN_KEYS): r["stps"] for r in evaluated_rows(rows) if r["ambient_c"] == coolest}
     for r in evaluated_rows(rows):
         reference = base.get(tuple(r[k] for k in DESIGN_KEYS))
         r["stps_vs_coolest"] = r["stps"] / reference if reference else math.nan
 
 
-def regime_row(regime: list[dict], ambient: float, phase: str, batch: int, hard_c: float) -> dict:
-    """One ambient × regime: designs, what set their clocks, temperatures and power densities."""
+def regime_row(regime: list[dict], policy: str, ambient: float, phase: str, batch: int, hard_c: float) -> dict:
+    """One DVFS policy × ambient × regime: designs, what set their clocks, temperatures and power densities."""
     done = evaluated_rows(regime)
     temps = [r["temperature_c"] for r in done]
     limits = {r["max_temp_c"] for r in done}
@@ -133,7 +157,8 @@ def regime_row(regime: list[dict], ambient: float, phase: str, batch: int, hard_
     clock = {kind: sum(1 for r in done if r["clock_limit"] == kind) for kind in
              (dvfs.NOMINAL, *THROTTLED, dvfs.ABOVE_LIMIT)}
     return {
-        "ambient_c": ambient, "max_temp_c": limit, "phase": phase, "batch": batch, "designs": len(regime),
+        "dvfs": policy, "ambient_c": ambient, "max_temp_c": limit, "phase": phase, "batch": batch,
+        "designs": len(regime),
         "evaluated": len(done), "no_schedule": sum(1 for r in regime if r["status"] == NO_SCHEDULE),
         "no_pe": sum(1 for r in regime if r["status"] == NO_PE),
         "feasible": sum(1 for r in done if r["feasible"]), "infeasible": sum(1 for r in done if not r["feasible"]),
@@ -153,28 +178,30 @@ def regime_row(regime: list[dict], ambient: float, phase: str, batch: int, hard_
     }
 
 
-def ambient_row(table: list[dict], ambient: float) -> dict:
-    """One ambient over every regime: what the limit does, and the hottest regime (highest median temperature,
-    then highest maximum)."""
-    rows = [t for t in table if t["ambient_c"] == ambient and t["evaluated"]]
+def ambient_row(table: list[dict], policy: str, ambient: float) -> dict:
+    """One DVFS policy and ambient over every regime: what the limit does, and the hottest regime (highest median
+    temperature, then highest maximum)."""
+    rows = [t for t in table if t["dvfs"] == policy and t["ambient_c"] == ambient and t["evaluated"]]
     hottest = max(rows, key=lambda t: (t["median_temperature_c"], t["max_temperature_c"]), default=None)
     total = {key: sum(t[key] for t in rows) for key in ("evaluated", "nominal", "thermal_clock", "power_wall",
                                                          "thermal_wall", "throttled", "above_limit")}
-    return {"ambient_c": ambient, **total,
+    return {"dvfs": policy, "ambient_c": ambient, **total,
             "hottest_regime": regime_label(hottest["phase"], hottest["batch"]) if hottest else "",
             "hottest_median_temperature_c": hottest["median_temperature_c"] if hottest else math.nan,
             "hottest_max_temperature_c": hottest["max_temperature_c"] if hottest else math.nan,
             "max_power_density_W_per_mm2": max((t["max_power_density_W_per_mm2"] for t in rows), default=math.nan)}
 
 
-def _histogram(ctx: StudyContext, regime: list[dict], ambients: list[float], phase: str, batch: int,
-               hard_c: float) -> None:
+def _histogram(ctx: StudyContext, regime: list[dict], policies: list[str], ambients: list[float], phase: str,
+               batch: int, hard_c: float) -> None:
     fig, ax = figure()
     done = evaluated_rows(regime)
-    for ambient in ambients:
-        temps = [r["temperature_c"] for r in done if r["ambient_c"] == ambient]
+    for policy, ambient in ((p, a) for p in policies for a in ambients):
+        temps = [r["temperature_c"] for r in done if r["dvfs"] == policy and r["ambient_c"] == ambient]
+        name = f"{policy}, " if len(policies) > 1 else ""
         if temps:
-            ax.hist(temps, bins=30, histtype="step", lw=1.5, label=f"{ambient:g} °C ambient ({len(temps)})")
+            ax.hist(temps, bins=30, histtype="step", lw=1.5, ls="-" if policy == policies[0] else "--",
+                    label=f"{name}{ambient:g} °C ambient ({len(temps)})")
     for limit in sorted({r["max_temp_c"] for r in done}):
         ax.axvline(limit, color="k", ls="--", lw=1, label=f"{limit:g} °C limit")
     ax.axvline(hard_c, color="r", ls=":", lw=1, label=f"{hard_c:g} °C hard limit")
@@ -195,62 +222,66 @@ def thermal_distribution(ctx: StudyContext) -> None:
     max_temp_c = ctx.params.get("max_temp_c")
     max_temp_c = None if max_temp_c is None else float(max_temp_c)
     ambients = ambients_of(ctx, chips, max_temp_c)
+    policies = policies_of(ctx)
     hard_c = float(ctx.param("hard_limit_c", HARD_LIMIT_C))
     objective = ctx.param("objective", "stps")
-    tasks = [ThermalCell(cell, tuple(ambients), max_temp_c)
+    tasks = [ThermalCell(cell, tuple(ambients), max_temp_c, tuple(policies))
              for cell in cells_of(ctx, chips, nocs, stacking_grid(ctx, square=False), (objective,))]
     rows = [row for rows in executor.map_in_order(evaluate_thermal_cell, tasks, workers_of(ctx)) for row in rows]
-    rows.sort(key=lambda r: r["ambient_c"])  # stable: each ambient's rows in the cells' order
+    rows.sort(key=lambda r: (policies.index(r["dvfs"]), r["ambient_c"]))  # stable: the cells' order within
     add_stps_ratios(rows, ambients[0])
     ctx.write_csv("points.csv", rows)
 
     table = []
     for phase, batch in regimes_of(ctx):
         regime = [r for r in rows if r["phase"] == phase and r["batch"] == batch]
-        table += [regime_row([r for r in regime if r["ambient_c"] == a], a, phase, batch, hard_c)
-                  for a in ambients]
-        _histogram(ctx, regime, ambients, phase, batch, hard_c)
-    table.sort(key=lambda t: t["ambient_c"])
+        table += [regime_row([r for r in regime if r["dvfs"] == p and r["ambient_c"] == a], p, a, phase, batch,
+                             hard_c) for p in policies for a in ambients]
+        _histogram(ctx, regime, policies, ambients, phase, batch, hard_c)
+    table.sort(key=lambda t: (policies.index(t["dvfs"]), t["ambient_c"]))
     ctx.write_csv("share.csv", table)
-    per_ambient = [ambient_row(table, a) for a in ambients]
+    per_ambient = [ambient_row(table, p, a) for p in policies for a in ambients]
     limit = f"{max_temp_c:g} °C" if max_temp_c is not None else "each chip's (85 °C for the Table 2 chips)"
     ctx.write_summary(
         f"{ctx.param('model')}: chips {', '.join(chips)} × NoCs {', '.join(noc_name(ctx, n) for n in nocs)} "
         f"× every (m, n ≤ m) with m in {layer_values(ctx, 'm_values', range(1, 11))}, each with its best "
         f"schedule by {objective}, at ambients {', '.join(f'{a:g}' for a in ambients)} °C; limit {limit}. "
-        + status_note(rows) + " T = T_amb + R(m)·P at the clock DVFS chose (§4.1.2). DVFS first applies the "
-        "thermal clock f_th (the clock at which a device drawing its TDP sits at the limit), then holds the "
-        "device's power within its TDP (power wall) or what the package removes at the limit (thermal wall); "
-        "a design above the limit could not get below it at any clock and is removed (infeasible).\n\n"
+        + status_note(rows) + " T = T_amb + R(m)·P at the clock DVFS chose (§4.1.2). Under the paper's "
+        "`static` policy DVFS first applies the thermal clock f_th (the clock at which a device drawing its TDP "
+        "sits at the limit), then holds the device's power within its TDP (power wall) or what the package "
+        "removes at the limit (thermal wall); under `boost` (as GPU Boost does) the clock starts at nominal and "
+        "only those walls lower it. A design above the limit could not get below it at any clock and is "
+        f"removed (infeasible). Policies: {', '.join(policies)}.\n\n"
         + _verdict(per_ambient) + "\n\n"
         + ctx.key_table("What the thermal limit does, per ambient (designs over all regimes)", per_ambient,
-                        ["ambient_c", "evaluated", "above_limit", "throttled", "thermal_clock", "power_wall",
+                        ["dvfs", "ambient_c", "evaluated", "above_limit", "throttled", "thermal_clock", "power_wall",
                          "thermal_wall", "nominal", "hottest_regime", "hottest_median_temperature_c",
                          "hottest_max_temperature_c", "max_power_density_W_per_mm2"])
         + "\nPer ambient and regime:\n\n"
         + ctx.key_table(f"Designs and temperatures per ambient and regime (hard limit {hard_c:g} °C)", table,
-                        ["ambient_c", "phase", "batch", "evaluated", "above_limit", "throttled", "power_wall",
+                        ["dvfs", "ambient_c", "phase", "batch", "evaluated", "above_limit", "throttled", "power_wall",
                          "thermal_wall", "above_hard_limit", "median_temperature_c", "max_temperature_c",
                          "max_power_density_W_per_mm2", "median_clock_share", "median_stps_vs_coolest"])
         + "\nPer chip at the coolest ambient, over all regimes and stackings:\n\n"
-        + ctx.key_table("Per chip at the coolest ambient", _per_chip(rows, chips, ambients[0]))
+        + ctx.key_table("Per chip at the coolest ambient", _per_chip(rows, chips, policies[0], ambients[0]))
     )
 
 
 def _verdict(per_ambient: list[dict]) -> str:
-    """One sentence per ambient: the hottest regime and what the limit removes and slows."""
+    """One sentence per DVFS policy and ambient: the hottest regime and what the limit removes and slows."""
     return " ".join(
-        f"At {a['ambient_c']:g} °C the hottest regime is {a['hottest_regime']} (median "
-        f"{a['hottest_median_temperature_c']:.1f} °C, max {a['hottest_max_temperature_c']:.1f} °C); the limit "
+        f"{a['dvfs'].capitalize()} DVFS at {a['ambient_c']:g} °C: the hottest regime is {a['hottest_regime']} "
+        f"(median {a['hottest_median_temperature_c']:.1f} °C, max {a['hottest_max_temperature_c']:.1f} °C); the limit "
         f"removes {a['above_limit']} of {a['evaluated']} designs and slows {a['throttled']} (thermal clock "
         f"{a['thermal_clock']}, power wall {a['power_wall']}, thermal wall {a['thermal_wall']})."
         for a in per_ambient if a["evaluated"])
 
 
-def _per_chip(rows: list[dict], chips: list[str], ambient: float) -> list[dict]:
+def _per_chip(rows: list[dict], chips: list[str], policy: str, ambient: float) -> list[dict]:
     out = []
     for chip in chips:
-        done = [r for r in evaluated_rows(rows) if r["chip"] == chip and r["ambient_c"] == ambient]
+        done = [r for r in evaluated_rows(rows)
+                if r["chip"] == chip and r["dvfs"] == policy and r["ambient_c"] == ambient]
         out.append({"chip": chip, "evaluated": len(done), "above_limit": sum(1 for r in done if r["above_limit"]),
                     "throttled": sum(1 for r in done if r["clock_limit"] in THROTTLED),
                     "max_temperature_c": max((r["temperature_c"] for r in done), default=math.nan),
