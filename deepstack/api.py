@@ -126,7 +126,7 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
              system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
              parallel: str | None = None, objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
              overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
-             max_temp_c: float | None = None) -> Report:
+             max_temp_c: float | None = None, cuda_graphs: bool | None = None) -> Report:
     """Evaluate one design point described as the CLI's flags describe it; see :func:`deepstack.evaluate`.
 
     Without ``parallel`` on a multi-device network the best schedule by ``objective`` is searched (the report
@@ -134,7 +134,8 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     fit (memory), naming the field.
     """
     scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
-                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
+                          cuda_graphs=cuda_graphs)
     if system and (chip or noc):
         raise UserInputError("--system replaces --chip and --noc; give one or the other")
     if system:
@@ -282,8 +283,10 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
                  input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
                  sampler: str, trials: int, study: str, storage: str | None, seed: int | None, workers: int,
                  out: str | None, progress=None, prefill_chunk_tokens: int | None = None,
-                 ambient_c: float | None = None, max_temp_c: float | None = None) -> dict[str, Any]:
-    """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario."""
+                 ambient_c: float | None = None, max_temp_c: float | None = None, batch_size: int | None = None,
+                 until_stall: int | None = None, log=None, inner: str = "screen") -> dict[str, Any]:
+    """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario.
+    ``result["run"]`` says what this run did (counts, hypervolume, evaluations, ``interrupted``: the signal)."""
     from deepstack.search import optimize as opt
 
     objectives = opt.parse_objectives(objective)
@@ -291,8 +294,10 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
     _check_cooling(space, scenario)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
-                          study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress)
+                          study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress,
+                          batch=batch_size or opt.DEFAULT_BATCH, until_stall=until_stall, log=log, inner=inner)
     return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,
+            "run": result.run,
             "objectives": result.objectives, "wall_s": result.wall_s, "files": result.files,
             "scenario": {"model": scenario.model.name, "phase": scenario.phase, "batch": scenario.batch,
                          "input_len": scenario.input_len, "output_len": scenario.output_len,
@@ -339,10 +344,20 @@ def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None
     result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
                       workers=workers, with_ttft="ttft" in objectives, backend=backend, scheduler=scheduler)
     return {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
+            "evaluated_now": result.evaluations - result.read_back, "read_back": result.read_back,
             "wall_s": result.wall_s, "out": result.out, "objectives": result.objectives, "tiers": result.tiers,
             "pareto": result.pareto,
             "files": {"points": f"{folder}/points.csv", "pareto": f"{folder}/pareto.csv",
                       "summary": f"{folder}/summary.json"}}
+
+
+def evaluate_front_design(*, design: str, front: str) -> Report:
+    """Evaluate again the row ``design`` (its id) of a study's front file (``<study>.pareto.csv`` or ``.json``):
+    the same hardware point, schedule and scenario, so the report gives the row's numbers."""
+    from deepstack.search.front_design import front_design
+
+    point, _ = front_design(front, design)
+    return run_evaluation(point, with_ttft=True)
 
 
 def run_compare(*, study: str, storage: str | None, sweep_dir: str) -> dict[str, Any]:
@@ -371,4 +386,71 @@ def accuracy_summary() -> list[dict[str, Any]]:
     """One row per check and family: weighted and median error, rows scored, rows the model failed on."""
     network = network_accuracy()
     return [{"check": "network", "family": family, **score, "failures": len(network["failures"])}
-            for family, score in network["families"].items()]
+            for family, score in network["families"].items()] + _serving_summary() + _kernels_summary()
+
+
+def _serving_summary() -> list[dict[str, Any]]:
+    """The serving check's rows of ``accuracy all``: MAPE (in the weighted column's place) per model and mode."""
+    scores = serving_accuracy()["scores"]
+    return [{"check": "serving", "family": key, "weighted_pct": None, "median_pct": None,
+             "mape_pct": score["mape_pct"], "rows": score["rows"], "failures": 0}
+            for key, score in scores.items() if " " in key or key in ("graphs", "eager")]
+
+
+def serving_accuracy(*, plot: str | None = None) -> dict[str, Any]:
+    """The GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``); with ``plot``,
+    also a PNG of predicted vs measured throughput written there (its folder must exist)."""
+    from pathlib import Path
+
+    from deepstack.accuracy import serving
+
+    if plot is not None and not Path(plot).parent.is_dir():
+        raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+    data = serving.serving_accuracy()
+    if plot is not None:
+        data["plot"] = str(serving.plot(data, plot))
+    return data
+
+
+def cross_validation() -> list[dict[str, Any]]:
+    """Every registered generalisation check (deepstack.accuracy.CROSS_VALIDATIONS), rows of plain data."""
+    from deepstack.accuracy import CROSS_VALIDATIONS
+
+    return [row for _, check in CROSS_VALIDATIONS for row in check()]
+
+
+def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | None = None,
+           stages: int | None = None, dtype: str = "fp16", comm_sms: int | None = None) -> dict[str, Any]:
+    """Time one distributed kernel on a catalog system (``deepstack kernel``); see
+    :func:`deepstack.models.kernels.kernel_time`. Raises ``UserInputError`` naming the flag for bad input."""
+    from deepstack.models.kernels import kernel_time, parse_tile
+
+    machine = catalog.load("systems", system)
+    result = kernel_time(kind, shape, machine.architecture, machine.network, tile=parse_tile(tile, stages),
+                         dtype=dtype, comm_sms=comm_sms)
+    return {"system": system, **result.as_dict(), "dtype": dtype}
+
+
+def kernels_accuracy(*, plot: str | None = None) -> dict[str, Any]:
+    """The distributed-kernel model against measurements on 8×H100 (``validation/h100_kernels.csv``); with
+    ``plot``, also a PNG of predicted vs measured time written there (its folder must exist)."""
+    from pathlib import Path
+
+    from deepstack.accuracy import kernels
+
+    if plot is not None and not Path(plot).parent.is_dir():
+        raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+    result = kernels.kernel_accuracy()
+    data = result.as_dict()
+    if plot is not None:
+        data["plot"] = str(kernels.plot(result, plot))
+    return data
+
+
+def _kernels_summary() -> list[dict[str, Any]]:
+    """The kernel check's rows of ``accuracy all``: weighted error and MAPE per kind and overall."""
+    data = kernels_accuracy()
+    scores = {**data["kinds"], "all kinds": data["overall"]}
+    return [{"check": "kernels", "family": kind, "weighted_pct": score["weighted_pct"], "median_pct": None,
+             "mape_pct": score["mape_pct"], "rows": score["rows"], "failures": len(data["failures"])}
+            for kind, score in scores.items()]

@@ -116,23 +116,63 @@ def evaluate(
     prefill_chunk_tokens: PrefillChunkTokens = None,
     ambient_c: AmbientC = None,
     max_temp_c: MaxTempC = None,
+    cuda_graphs: Annotated[bool, typer.Option(
+        "--cuda-graphs/--eager", help="GPU systems only: decode replays CUDA graphs (vLLM's default) or launches "
+                                      "every kernel from the host; other devices ignore it.")] = True,
+    design: Annotated[str | None, typer.Option(
+        help="A row of a study's front by its id (the id column of <study>.pareto.csv/json), with --front.")] = None,
+    front: Annotated[str | None, typer.Option(
+        help="The front file the --design id comes from: studies/<study>.pareto.csv (or .json).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate one design point: throughput, latency, energy, power, temperature, area, breakdown.
 
-    Example: deepstack evaluate --model llama-3.2-1b --chip standard --phase decode --batch 1
+    A row of an optimize front is reproduced with its id: --design ID --front FILE evaluates that row's hardware
+    point (chip, NoC, m, n, SRAM option, hop-latency and per-level bandwidth multipliers), schedule and the study's
+    scenario, and prints the row's numbers (each row's "command" column spells it out).
+
+    Examples: deepstack evaluate --model llama-3.2-1b --chip standard --phase decode --batch 1;
+    deepstack evaluate --design d3f2a9c41b7 --front studies/deepstack.pareto.csv
     """
+    if design is not None or front is not None:
+        if design is None or front is None:
+            raise UserInputError("--design and --front go together: the row's id and the front file it is in")
+        result = api.evaluate_front_design(design=design, front=front).as_dict()
+        if json_out:
+            report.print_json(result)
+        else:
+            report.evaluation(result)
+            _thermal_line(result)
+        return
     result = api.evaluate(model=model, chip=chip, noc=noc, system=system, phase=phase, batch=batch,
                           input_len=input_len, output_len=output_len, precision=precision,
                           stacked_layers=stacked_layers, connected_layers=connected_layers,
                           parallel=parallel, prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
-                          max_temp_c=max_temp_c).as_dict()
+                          max_temp_c=max_temp_c, cuda_graphs=cuda_graphs).as_dict()
     if json_out:
         report.print_json(result)
     else:
         report.evaluation(result)
         _thermal_line(result)
         _prefill_line(result, prefill_chunk_tokens)
+        _search_line(result)
+
+
+def _search_line(result: dict) -> None:
+    """How the schedule was chosen, when it was searched (the same summary --json gives under "search")."""
+    search = result.get("search")
+    if not search:
+        return
+    pruned = search.get("pruned") or {}
+    rules = ", ".join(f"{rule} {count:,}" for rule, count in pruned.items())
+    top = search.get("top") or []
+    metric = next((k for k in (top[0] if top else {}) if k not in ("schedule", "feasible")), None)
+    ranked = "; ".join(f"{r['schedule']} ({report.fmt(r[metric])} {metric})" for r in top[:3]) if metric else ""
+    report.console.print(
+        f"schedule search: {search['evaluated']:,} of {search['strategies']:,} strategies evaluated"
+        + (f" ({sum(pruned.values()):,} pruned: {rules})" if pruned else "")
+        + f", {search['feasible_after_evaluation']:,} feasible" + (f"; best {ranked}" if ranked else ""),
+        markup=False, highlight=False)
 
 
 def _prefill_line(result: dict, given: int | None) -> None:
@@ -224,16 +264,65 @@ def collective(
     if json_out:
         report.print_json(result)
         return
+    # the headline names the level that limits the collective (the busiest link in time, not in bytes: an L1 link
+    # may carry the most bytes while a slower L3 link is the bottleneck)
+    neck = max(result["levels"], key=lambda level: level["max_busy_fraction"], default=None)
+    where = (f"bottleneck {neck['label'] or neck['level']}: busiest link {neck['max_busy_fraction']:.0%} busy, "
+             f"{neck['max_link_bytes']:,.0f} B" if neck else f"busiest link {result['max_link_bytes']:,.0f} B")
     report.console.print(f"{op} of {bytes_per_rank:,.0f} B per rank on {result['devices']} devices: "
                          f"[bold]{result['time_s'] * 1e6:,.3f} µs[/bold] with {result['algorithm']} "
-                         f"(latency {result['latency_s'] * 1e6:,.3f} µs, "
-                         f"busiest link {result['max_link_bytes']:,.0f} B)")
+                         f"(latency {result['latency_s'] * 1e6:,.3f} µs; {where})")
     report.table("steps", [{**s, "time_us": s["time_s"] * 1e6} for s in result["steps"]],
                  ["phase", "count", "time_us", "max_link_bytes"])
     report.table("links per level", result["levels"],
                  ["level", "label", "links", "total_bytes", "max_link_bytes", "max_busy_fraction"])
     report.table("algorithms considered", [{"algorithm": c["algorithm"], "time_us": c["time_s"] * 1e6}
                                            for c in result["candidates"]])
+
+
+@app.command()
+def kernel(
+    kind: Annotated[str, typer.Option(help="ag-gemm, gemm-rs, moe-gemm-ar, ep-dispatch or ulysses.")],
+    system: Annotated[str, typer.Option(help="A catalog system (deepstack catalog systems).")] = "dgx-h100",
+    m: Annotated[int | None, typer.Option(help="ag-gemm: rows gathered (global); gemm-rs: rows.")] = None,
+    n: Annotated[int | None, typer.Option(help="ag-gemm/gemm-rs: columns (per GPU for ag-gemm).")] = None,
+    k: Annotated[int | None, typer.Option(help="ag-gemm: full K; gemm-rs: K per GPU.")] = None,
+    tokens: Annotated[int | None, typer.Option(help="moe-gemm-ar: tokens; ep-dispatch: tokens per GPU.")] = None,
+    hidden: Annotated[int | None, typer.Option(help="moe-gemm-ar/ep-dispatch: hidden size.")] = None,
+    intermediate: Annotated[int | None, typer.Option(help="moe-gemm-ar: expert intermediate size (all GPUs).")
+                            ] = None,
+    experts: Annotated[int | None, typer.Option(help="moe-gemm-ar/ep-dispatch: routed experts.")] = None,
+    topk: Annotated[int | None, typer.Option(help="moe-gemm-ar/ep-dispatch: experts per token.")] = None,
+    batch: Annotated[int | None, typer.Option(help="ulysses: batch.")] = None,
+    seq: Annotated[int | None, typer.Option(help="ulysses: sequence length (all GPUs).")] = None,
+    heads: Annotated[int | None, typer.Option(help="ulysses: attention heads.")] = None,
+    head_dim: Annotated[int | None, typer.Option(help="ulysses: head dimension.")] = None,
+    out_features: Annotated[int | None, typer.Option(help="ulysses: output-projection features.")] = None,
+    sp: Annotated[int | None, typer.Option(help="ulysses: sequence-parallel GPUs.")] = None,
+    tile: Annotated[str | None, typer.Option(help="GEMM tile MxNxK, e.g. 128x256x64 (default: tuned).")] = None,
+    stages: Annotated[int | None, typer.Option(help="Software-pipeline stages with --tile (default 3).")] = None,
+    dtype: Annotated[str, typer.Option(help="fp16, bf16 or fp8.")] = "fp16",
+    comm_sms: Annotated[int | None, typer.Option(
+        help="SMs taken from compute by communication (default: 0 for copy-engine kinds, 16 for ulysses).")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Time one distributed kernel (GEMM + collective overlapped, MoE, EP dispatch, Ulysses) on a GPU system.
+
+    Example: deepstack kernel --system dgx-h100 --kind ag-gemm --m 8192 --n 1376 --k 4096 --tile 128x256x64
+    """
+    shape = {"m": m, "n": n, "k": k, "tokens": tokens, "hidden": hidden, "intermediate": intermediate,
+             "experts": experts, "topk": topk, "batch": batch, "seq": seq, "heads": heads, "head_dim": head_dim,
+             "out_features": out_features, "sp": sp}
+    result = api.kernel(system=system, kind=kind, shape=shape, tile=tile, stages=stages, dtype=dtype,
+                        comm_sms=comm_sms)
+    if json_out:
+        report.print_json(result)
+        return
+    report.console.print(f"{kind} on {system} ({result['ranks']} GPUs, {dtype}): "
+                         f"[bold]{result['time_s'] * 1e3:,.4f} ms[/bold]; sends {result['comm_B']:,.0f} B per GPU"
+                         + (f"; GEMM {result['gemm']}" if result["gemm"] else ""))
+    report.table("what the time is made of (ref: a term alone, overlapped in the eq. 5 row)",
+                 [{"part": name, "ms": seconds * 1e3} for name, seconds in result["parts"].items()], ["part", "ms"])
 
 
 @app.command()
@@ -249,19 +338,29 @@ def optimize(
     prefill_chunk_tokens: PrefillChunkTokens = None,
     ambient_c: AmbientC = None,
     max_temp_c: MaxTempC = None,
-    space: Annotated[str | None, typer.Option(help="Design space: default, paper, or a TOML file.")] = None,
+    space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
     trials: Annotated[int, typer.Option(help="Trials to add to the study.")] = 100,
     study: Annotated[str, typer.Option(help="Study name (re-running continues it).")] = "deepstack",
     storage: Annotated[str | None, typer.Option(
         help="sqlite:///PATH.db (default studies/<study>.db), postgresql://…, or journal:PATH.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Sampler seed.")] = None,
-    workers: Annotated[int, typer.Option(help="Processes working on the study.")] = 1,
-    out: Annotated[str | None, typer.Option(help="Folder for <study>.pareto.csv/json/html (default studies).")] = None,
+    seed: Annotated[int, typer.Option(help="Sampler seed (the same seed gives the same front).")] = 0,
+    workers: Annotated[int, typer.Option(help="Processes solving each batch's hardware points.")] = 1,
+    trials_per_batch: Annotated[int | None, typer.Option(
+        help="Trials asked, solved and told together (default 4).")] = None,
+    until_stall: Annotated[int | None, typer.Option(
+        help="Stop early when the hypervolume has not grown for this many trials.")] = None,
+    inner: Annotated[str, typer.Option(help="screen (default: a sampled point tries the elite schedules) or exact "
+                                            "(every schedule that fits).")] = "screen",
+    out: Annotated[str | None, typer.Option(help="Folder for <study>.pareto.csv/json/html and <study>.hypervolume.png "
+                                                 "(default studies).")] = None,
     json_out: JsonFlag = False,
-) -> None:
-    """Search the design space for the Pareto front of the objectives (Optuna, CP-SAT-repaired trials).
+) -> int | None:
+    """Search the design space for the Pareto front of the objectives: Optuna proposes hardware points (CP-SAT
+    repairs them), each trial solves the point's schedules with the schedule engine and keeps its Pareto set of
+    schedules; the catalog's named designs are tried first. Prints the hypervolume after every batch; Ctrl-C
+    (SIGINT) or SIGTERM keeps every finished trial, queues the interrupted ones again and exits with status 130.
 
     Example: deepstack optimize --objective stps,tokens_per_joule --trials 40
     """
@@ -269,16 +368,37 @@ def optimize(
         result = api.space_size(space)
         report.print_json(result) if json_out else print(f"{result['raw_size']:.3e}")
         return
-    with report.progress_bar(f"study {study}", trials, enabled=not json_out) as advance:
+    # the bar only on a terminal: a transient bar on a pipe leaves a blank line before any error
+    with report.progress_bar(f"study {study}", trials, enabled=not json_out and sys.stderr.isatty()) as advance:
         result = api.run_optimize(objective=objective, model=model, phase=phase, batch=batch, input_len=input_len,
                                   output_len=output_len, precision=precision, space=space, sampler=sampler,
                                   trials=trials, study=study, storage=storage, seed=seed, workers=workers, out=out,
                                   progress=advance, prefill_chunk_tokens=prefill_chunk_tokens,
-                                  ambient_c=ambient_c, max_temp_c=max_temp_c)
+                                  ambient_c=ambient_c, max_temp_c=max_temp_c, batch_size=trials_per_batch,
+                                  until_stall=until_stall, log=None if json_out else _optimize_log, inner=inner)
     if json_out:
         report.print_json(result)
     else:
         report.pareto(result)
+        _optimize_summary(result)
+    return 130 if result["run"].get("interrupted") else None
+
+
+def _optimize_log(line: str) -> None:
+    print(line, flush=True)
+
+
+def _optimize_summary(result: dict) -> None:
+    """What the run did: counts, hypervolume, evaluations, and why it stopped."""
+    run = result["run"]
+    print(f"this run: {run['told']} trials told, {run['repaired']} proposals repaired, {run['infeasible']} "
+          f"infeasible, {run['over_thermal_limit']} over the thermal limit; hypervolume {run['hypervolume']:.6g} "
+          f"(seed {run['seed']}); {run['evaluations']} design-point evaluations in the study")
+    if run.get("stalled"):
+        print("stopped: the hypervolume did not grow for the --until-stall trials")
+    if run.get("interrupted"):
+        print(f"interrupted by {run['interrupted']}: {result['trials']} completed trials kept in {result['storage']};"
+              f" trial(s) {run['requeued']} failed and queued again; re-run the same command to continue")
 
 
 @app.command()
@@ -316,33 +436,36 @@ def sweep(
     if json_out:
         report.print_json(result)
         return
-    report.table(f"{result['mode']} sweep: {result['evaluations']} evaluations of {result['hardware_points']} "
-                 f"hardware points in {result['wall_s']:.1f} s", result["tiers"])
+    resumed = (f" ({result['read_back']:,} more read back from an earlier run's finished chunks, not evaluated "
+               f"again: {result['evaluations']:,} points in all)" if result.get("read_back") else "")
+    report.table(f"{result['mode']} sweep: {result.get('evaluated_now', result['evaluations']):,} evaluations"
+                 f"{resumed} of {result['hardware_points']:,} hardware points in {result['wall_s']:.1f} s",
+                 result["tiers"])
     report.pareto(result)
 
 
 @app.command()
 def compare(
-    study: Annotated[str, typer.Option(help="The Optuna study.")],
-    sweep_dir: Annotated[str, typer.Option("--sweep", help="Folder of a finished sweep of the same space.")],
+    study: Annotated[str, typer.Option(help="The Optuna study (it must exist: compare never creates one).")],
+    sweep_dir: Annotated[str, typer.Option("--sweep", help="Folder of a finished sweep of the same space and "
+                                                           "scenario (refused otherwise).")],
     storage: Annotated[str | None, typer.Option(help="Study storage (default sqlite:///studies/<study>.db).")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Hypervolume of a study's front relative to an exhaustive sweep's, and what each spent.
+    """Hypervolume of a study's front relative to a sweep's, and what each spent.
+
+    The reference is set by the sweep alone: the nadir of its feasible points (their worst value of each
+    objective), with each objective normalised by the sweep's range (best → 1, worst → 0), so nothing the study
+    finds can move it. The ratio is given at each side's full budget, at equal evaluations and
+    at equal wall time. A study and a sweep of different spaces or scenarios are refused.
 
     Example: deepstack compare --study small --sweep studies/small-sweep
     """
     result = api.run_compare(study=study, storage=storage, sweep_dir=sweep_dir)
     if json_out:
         report.print_json(result)
-        return
-    s, w = result["study"], result["sweep"]
-    report.table(f"hypervolume ratio {result['hypervolume_ratio']:.4f} with {result['evaluation_share']:.2%} of "
-                 "the evaluations", [
-                     {"side": f"study {s['name']}", "hypervolume": s["hypervolume"], "evaluations": s["evaluations"],
-                      "wall_s": s["wall_s"], "front": s["front_size"]},
-                     {"side": f"sweep ({w['mode']})", "hypervolume": w["hypervolume"],
-                      "evaluations": w["evaluations"], "wall_s": w["wall_s"], "front": w["front_size"]}])
+    else:
+        report.comparison(result)
 
 
 @app.command()
@@ -368,7 +491,9 @@ def dashboard(
     dash.serve_forever(server)
 
 
-study_app = typer.Typer(help="Run the paper's design-space studies (recipes in studies/*.toml).",
+study_app = typer.Typer(help="Run the paper's design-space studies (recipes in studies/*.toml).\n\n"
+                        "Examples: deepstack study run studies/dram-layers.toml --quick; "
+                        "deepstack study report --quick --to studies/out/RESULTS-quick.md",
                         no_args_is_help=True)
 app.add_typer(study_app, name="study")
 
@@ -471,7 +596,76 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
         report.print_json(rows)
         return
     report.table("accuracy against the reference data (validation/)", rows,
-                 ["check", "family", "weighted_pct", "median_pct", "rows", "failures"])
+                 ["check", "family", "weighted_pct", "median_pct", "mape_pct", "rows", "failures"])
+
+
+@accuracy_app.command("serving")
+def accuracy_serving(
+    plot: Annotated[str | None, typer.Option(help="Write a PNG of predicted vs measured throughput here.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Compare the GPU serving model with measured vLLM decode on 8×B200 (validation/vllm_b200.csv): MAPE of the
+    system decode throughput per model and mode (CUDA graphs, eager). A report: exits 0 whatever the errors.
+
+    Example: deepstack accuracy serving --plot serving-accuracy.png
+    """
+    result = api.serving_accuracy(plot=plot)
+    if json_out:
+        report.print_json(result)
+        return
+    report.console.print(f"reference {result['reference']}: {len(result['rows'])} rows on {result['system']} "
+                         f"({result['parallel']}); calibrated host_step_us {result['host_step_us']:g}, "
+                         f"eager_op_us {result['eager_op_us']:g}", markup=False, highlight=False)
+    report.table("MAPE of the system decode throughput (%)",
+                 [{"group": key, **score} for key, score in result["scores"].items()], ["group", "mape_pct", "rows"])
+    report.table("rows", result["rows"], ["model", "mode", "batch", "measured_tps", "model_tps", "measured_step_ms",
+                                          "model_step_ms", "error_pct"])
+    if plot is not None:
+        report.console.print(f"plot: {result['plot']}", markup=False, highlight=False)
+
+
+@accuracy_app.command("kernels")
+def accuracy_kernels(
+    plot: Annotated[str | None, typer.Option(help="Write a PNG of predicted vs measured kernel time here.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Compare the distributed-kernel model with measured Triton-distributed kernels on 8×H100
+    (validation/h100_kernels.csv): weighted error and MAPE per kernel kind and overall. A report: exits 0 whatever
+    the errors.
+
+    Example: deepstack accuracy kernels --plot kernels-accuracy.png
+    """
+    result = api.kernels_accuracy(plot=plot)
+    if json_out:
+        report.print_json(result)
+        return
+    report.console.print(f"reference {result['reference']}: {result['rows_total']} rows on {result['system']}; "
+                         "weighted = Σ|model − ref| / Σ ref, MAPE = mean |model − ref| / ref",
+                         markup=False, highlight=False)
+    scores = [{"kind": kind, **score} for kind, score in result["kinds"].items()]
+    report.table("error per kernel kind (%)", [*scores, {"kind": "all", **result["overall"]}],
+                 ["kind", "weighted_pct", "mape_pct", "rows"])
+    report.table("rows", [{**row, "error_pct": None if row["error"] is None else 100 * row["error"]}
+                          for row in result["rows"]], ["kind", "point_index", "shape", "ref_ms", "model_ms",
+                                                       "error_pct"])
+    if result["failures"]:
+        report.table(f"failures: the model raised on {len(result['failures'])} rows", result["failures"])
+    if plot is not None:
+        report.console.print(f"plot: {result['plot']}", markup=False, highlight=False)
+
+
+@accuracy_app.command("cross-validate")
+def accuracy_cross_validate(json_out: JsonFlag = False) -> None:
+    """Generalisation: every registered check calibrated on part of its data and scored on the rest (serving:
+    leave one model out). A report: exits 0 whatever the errors.
+
+    Example: deepstack accuracy cross-validate
+    """
+    rows = api.cross_validation()
+    if json_out:
+        report.print_json(rows)
+        return
+    report.table("cross-validation: calibrated on one part, scored on the held-out part (MAPE %)", rows)
 
 
 def _fail(message: str) -> int:

@@ -17,6 +17,7 @@ import math
 from deepstack.models import dvfs, reporting, thermal
 from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
+from deepstack.models.gpu import gpu_phase
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
 from deepstack.models.pipeline import run_phase, serialised
@@ -53,14 +54,12 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
     coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
-    main = run_phase(point, timed_on, scenario)
-    if not overlap:
-        main = serialised(main, point.schedule, timed_on, scenario)
+    main = _on_device(point, timed_on, scenario, run_phase(point, timed_on, scenario), overlap)
     scale, step_s, power_w = dvfs.clock_scale(main, dev, coefficients, noc_J_per_B, devices)
     if scenario.phase == "decode" and with_ttft:
         prefill = scenario.model_copy(update={"phase": "prefill"})
-        first = run_phase(point, timed_on, prefill)
-        ttft_s = (first if overlap else serialised(first, point.schedule, timed_on, prefill)).time_at(scale)
+        first = _on_device(point, timed_on, prefill, run_phase(point, timed_on, prefill), overlap)
+        ttft_s = first.time_at(scale)
     elif scenario.phase == "decode":
         ttft_s = math.nan
     else:
@@ -97,3 +96,11 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
                                       devices, point.network) if breakdown else None,
     )
 
+
+def _on_device(point: DesignPoint, dev, scenario, phase, overlap: bool):
+    """The phase as the device runs it: serialised without overlap; a decode step on a real GPU (a chip with a
+    ``gpu`` table) serialised and with the GPU's execution terms (docs/model.md §GPU execution: validated on
+    decode; a prefill keeps the operator model); otherwise as timed."""
+    if point.chip.gpu is not None and scenario.phase == "decode":
+        return gpu_phase(serialised(phase, point.schedule, dev, scenario), point, dev, scenario)
+    return phase if overlap else serialised(phase, point.schedule, dev, scenario)

@@ -216,6 +216,27 @@ class Table2Row(Frozen):
     wgmma: bool
 
 
+class GpuExecution(Frozen):
+    """How a real GPU runs a serving step (deepstack/models/gpu; docs/model.md §GPU execution): the terms a
+    kernel-by-kernel, host-launched device pays and a statically scheduled accelerator does not. Every figure
+    is sourced in docs/calibration.md §GPU execution; none is fitted to the reference rows."""
+
+    source: str
+    kernel_gap_us: float = Field(gt=0, le=100, description="GPU idle time per kernel boundary inside a CUDA graph")
+    hbm_efficiency: float = Field(gt=0, le=1, description="achievable fraction of peak HBM bandwidth (streaming)")
+    allreduce_floor_us: float = Field(gt=0, le=1000, description="latency of the smallest custom all-reduce")
+    allreduce_us_per_MiB: float = Field(gt=0, le=1e4, description="custom all-reduce time per MiB beyond the floor")
+    custom_allreduce_max_MiB: float = Field(ge=0, le=1024, description="largest all-reduce the custom kernel "
+                                            "takes at TP8 (larger ones go to NCCL)")
+    nccl_bus_efficiency: float = Field(gt=0, le=1, description="NCCL bus bandwidth / link bandwidth")
+    graph_max_batch: int = Field(512, ge=0, description="largest decode batch captured in a CUDA graph")
+    moe_call_latency_us: float = Field(0.0, ge=0, le=1e4, description="fixed latency of one fused-MoE call (the "
+                                       "Triton chain align, quant, grouped GEMM, act, quant, grouped GEMM, sum) "
+                                       "beyond its bytes and kernel boundaries; 0: no public figure")
+    host_step_us: float = Field(ge=0, le=1e6, description="CPU work per step not hidden (calibrated)")
+    eager_op_us: float = Field(ge=0, le=1e4, description="host time per PyTorch call of an eager step (calibrated)")
+
+
 class ChipArchitecture(Sourced):
     """One row of Table 2: a PE design and a device (cluster or die) template."""
 
@@ -228,6 +249,7 @@ class ChipArchitecture(Sourced):
     noc_bw_scale: float = Field(1.0, gt=0, le=64, description="NoC bandwidth provisioned vs. the NoC preset")
     thermal: Thermal = Thermal()
     paper_table2: Table2Row | None = None
+    gpu: GpuExecution | None = Field(None, description="GPU execution figures (real GPUs only; 3D chips: None)")
 
     @property
     def clock_Hz(self) -> float:

@@ -72,6 +72,10 @@ class Scenario(Frozen):
         description="prefill tokens one data replica processes per step (vLLM's max_num_batched_tokens); "
                     "default (None): automatic per schedule, vLLM's 8192 halved until weights, KV cache and one "
                     "chunk's activations fit in memory, down to 64 (docs/model.md §11, docs/calibration.md §10)")
+    cuda_graphs: bool = Field(
+        True, description="GPUs only (a chip with a gpu table): decode steps replay CUDA graphs (vLLM's default, "
+                          "up to the chip's graph_max_batch) instead of launching every kernel from the host "
+                          "(eager, vLLM --enforce-eager); other devices ignore it (docs/model.md §GPU execution)")
     # the cooling environment the design runs in (models/thermal.py); None keeps the chip's thermal table
     ambient_c: float | None = Field(
         None, ge=-50, le=100,

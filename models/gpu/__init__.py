@@ -1,0 +1,79 @@
+"""GPU execution: what a real GPU running a serving framework (vLLM) pays on top of the operators' work
+(docs/model.md §GPU execution; every figure in docs/calibration.md §GPU execution).
+
+Applied by :func:`deepstack.models.evaluate.evaluate` only to chips with a ``gpu`` table (the GPU systems of the
+catalog); a statically scheduled accelerator (the 3D chips, the H100*/H200* abstractions) pays none of it. One
+step of the phase becomes:
+
+* the operators run one after another, each collective after its GEMM (vLLM does not overlap them), every
+  operator at least as long as its DRAM bytes at the achievable HBM bandwidth (:mod:`.efficiency`);
+* each TP all-reduce as vLLM's custom all-reduce or NCCL runs it (:mod:`.collectives`);
+* one kernel boundary per launched kernel (:mod:`.kernels`), ``kernel_gap_us`` each;
+* per MoE layer, the fixed latency of the fused-MoE call beyond its bytes and boundaries
+  (``moe_call_latency_us``: a chain of seven small-grid kernels that wait on each other);
+* the host: in a CUDA graph (decode batches up to ``graph_max_batch``) the step's fixed CPU work
+  (``host_step_us``); in eager mode also the launch of every kernel from Python, which the GPU hides only while
+  it is slower (:mod:`.host`).
+"""
+
+from __future__ import annotations
+
+from deepstack.models import memo
+from deepstack.models.gpu.collectives import allreduce_time_s
+from deepstack.models.gpu.efficiency import at_least_achievable
+from deepstack.models.gpu.host import fixed_row, fixed_timing, host_rows, uses_graphs
+from deepstack.models.gpu.kernels import step_kernels
+from deepstack.models.hashing import HashedTuple
+from deepstack.models.pipeline.rows import CommRow, OpRow, PhaseResult
+
+__all__ = ["allreduce_time_s", "gpu_phase", "uses_graphs"]
+
+_GPU_PHASES = memo.Table("gpu phases", 4096, lru=True)  # (phase, design point, scenario) → PhaseResult
+
+
+def gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
+    """``phase`` (already serialised: no compute–communication overlap) as a GPU runs it (memoised)."""
+    key = HashedTuple((id(phase), point, scenario))
+    found = _GPU_PHASES.lookup(key)
+    if found is None or found[0] is not phase:
+        found = (phase, _gpu_phase(phase, point, dev, scenario))
+        _GPU_PHASES.put(key, found)
+    return found[1]
+
+
+def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
+    gpu = point.chip.gpu
+    link_Bps = point.network.levels[0].link_bw_Bps if point.network is not None else 0.0
+    rows: list = []
+    layers: dict[str, int] = {}
+    for r in phase.rows:
+        if r.layer in ("dense", "moe"):
+            layers[r.layer] = max(layers.get(r.layer, 0), r.count)
+        if isinstance(r, CommRow):
+            rows.append(CommRow(r.layer, r.count, r.name, _gpu_collective(gpu, r.result, link_Bps)))
+        elif isinstance(r, OpRow):
+            rows.append(OpRow(r.layer, r.count, at_least_achievable(r.timing, dev, gpu), r.choice))
+        else:
+            rows.append(r)
+    if layers.get("moe") and gpu.moe_call_latency_us > 0:
+        latency = fixed_timing("fused_moe_latency", gpu.moe_call_latency_us * 1e-6, "launch")
+        rows.append(OpRow("moe", layers["moe"], latency))
+    work_s = sum(r.count * r.nominal_s for r in rows)
+    kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8)
+    rows += host_rows(gpu, kernels, work_s, uses_graphs(gpu, scenario, point.schedule))
+    return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
+
+
+def _gpu_collective(gpu, result, link_Bps: float):
+    """``result`` re-timed as vLLM's all-reduce (other collectives keep the network model's time)."""
+    if result.op != "all_reduce" or result.group_size <= 1:
+        return result
+    import dataclasses
+
+    time_s = allreduce_time_s(gpu, result.bytes_per_rank, result.group_size, link_Bps)
+    floor_s = min(time_s, gpu.allreduce_floor_us * 1e-6)
+    return dataclasses.replace(result, time_s=time_s, latency_s=floor_s, congestion_s=time_s - floor_s,
+                               overhead_s=0.0, candidates=((result.algorithm, time_s),))
+
+
+__all__ += ["fixed_row"]

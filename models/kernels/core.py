@@ -1,0 +1,198 @@
+"""What every distributed kernel is built from: the GPU's GEMM, its HBM streams, its NVLink transfers and the
+launches and synchronisations on the critical path (docs/model.md, "Distributed kernels").
+
+* **GEMM**: :func:`deepstack.models.compute.gemm.time_tilings` on the system's device (resolved as
+  :func:`deepstack.models.evaluate.evaluate` resolves it), with the tile and pipeline depth the kernel was
+  launched with (or the tuner's choice without one), on the SMs the kernel leaves to compute (``comm_sms`` taken
+  away) and at the tensor-core issue rate a Triton kernel achieves (:attr:`KernelConstants.mma_fraction`, the one
+  calibrated constant).
+* **HBM streams** (reductions, local copies): :func:`deepstack.models.compute.vector.time_vector`, at least the
+  bytes at the system's achievable HBM bandwidth (``gpu.hbm_efficiency``).
+* **Transfers**: :func:`deepstack.models.collectives.collective_time` on the system's network with each link
+  derated to the payload rate NVLink delivers in practice (:func:`achievable_topology`) and a fixed cost per
+  copy/signal step (:attr:`KernelConstants.step_overhead_s`).
+* **Launches**: a fixed cost per kernel launch or barrier on the critical path
+  (:attr:`KernelConstants.launch_overhead_s`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from deepstack.errors import UserInputError
+from deepstack.models import memo
+from deepstack.models.collectives import CollectiveResult, collective_time
+from deepstack.models.compute.gemm import record, time_tilings
+from deepstack.models.compute.gemm_tuner import tilings
+from deepstack.models.compute.timing import NoTilingError
+from deepstack.models.compute.vector import time_vector
+from deepstack.models.compute.workload import Gemm, Vector
+from deepstack.models.hardware.device import DeviceSpec
+from deepstack.models.network import NetworkTopology, as_topology
+
+# nccl-tests issue #212 (NVIDIA/nccl-tests): all-reduce bus bandwidth on 8×H100 SXM NVLink 4 reaches ~370 GB/s of
+# the 450 GB/s per direction; payload bytes per second, after every protocol overhead
+# (docs/calibration.md, "Distributed kernels")
+NVLINK_ACHIEVED_PAYLOAD_Bps = 370e9
+# NVIDIA H100 datasheet: FP8 dense tensor-core rate 1,979 TFLOPS = 2 × the FP16 rate (989 TFLOPS)
+DTYPES = {"fp16": (2.0, 1.0), "bf16": (2.0, 1.0), "fp8": (1.0, 2.0)}  # bytes per element, matrix-rate multiple
+
+
+# DeepEP issue #16 (deepseek-ai/DeepEP): intranode dispatch with SM-issued NVLink copies reaches 337 GB/s on an
+# H20 (NVLink 4, 450 GB/s per direction, as the H100): 337 / 370 of the achievable payload rate
+SM_PUT_FRACTION = 337 / 370
+# sglang PR #2904: vLLM's custom all-reduce at TP8 on H100 takes 10.1 µs at 512 B, i.e. one kernel launch plus one
+# cross-GPU flag exchange over NVLink; taken for every launch or barrier and every copy/signal step (a copy-engine
+# copy behind a stream wait on a peer's flag is the same launch + flag round trip)
+LAUNCH_AND_FLAG_S = 10.1e-6
+
+
+@dataclass(frozen=True)
+class KernelConstants:
+    """The constants of the kernel model. Only ``mma_fraction`` is calibrated (on the AG-GEMM and GEMM-RS rows of
+    validation/h100_kernels.csv); the others are public measurements (docs/calibration.md, "Distributed
+    kernels").
+
+    Attributes:
+        mma_fraction: share of the tensor-core peak a Triton GEMM tile issues at in steady state (clock under
+            load, instruction issue, epilogue), applied to the device's matrix rate. Calibrated.
+        sm_put_fraction: share of NVLink's achievable payload rate that copies issued by SM warps (NVSHMEM
+            ``putmem`` or loads from a peer's memory in a kernel) reach; copy-engine copies reach all of it.
+            Source: DeepEP issue #16 (337 of 370 GB/s).
+        step_overhead_s: fixed cost of one copy or signal step of a transfer (a copy-engine ``cudaMemcpyAsync``
+            with its stream wait/write of the ready flag, or an NVSHMEM put with its fence), s. Source: sglang #2904.
+        launch_overhead_s: fixed cost of one kernel launch or device-wide barrier on the critical path, s.
+            Source: sglang #2904.
+    """
+
+    mma_fraction: float = 0.75
+    sm_put_fraction: float = SM_PUT_FRACTION
+    step_overhead_s: float = LAUNCH_AND_FLAG_S
+    launch_overhead_s: float = LAUNCH_AND_FLAG_S
+
+    def __post_init__(self) -> None:
+        for name in ("mma_fraction", "sm_put_fraction"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"{name}: must be in (0, 1] (got {getattr(self, name)})")
+        if self.step_overhead_s < 0 or self.launch_overhead_s < 0:
+            raise ValueError("step_overhead_s and launch_overhead_s must be ≥ 0")
+
+
+DEFAULT_CONSTANTS = KernelConstants()
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A GEMM tiling fixed by the kernel's launch: tile m × n × k and software-pipeline stages."""
+
+    m: int
+    n: int
+    k: int
+    stages: int
+
+
+def parse_tile(text: str | None, stages: int | None) -> Tile | None:
+    """``128x256x64`` (and stages, default 3) → :class:`Tile`; None without a tile. Raises UserInputError."""
+    if text is None:
+        if stages is not None:
+            raise UserInputError("--stages: give it with --tile (e.g. --tile 128x256x64 --stages 3)")
+        return None
+    parts = text.lower().split("x")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise UserInputError(f"--tile: must be MxNxK positive integers, e.g. 128x256x64 (got {text!r})")
+    stages = 3 if stages is None else stages
+    if not 1 <= stages <= 8:
+        raise UserInputError(f"--stages: must be in 1..8 (got {stages})")
+    m, n, k = (int(part) for part in parts)
+    return Tile(m, n, k, stages)
+
+
+def dtype_info(dtype: str) -> tuple[float, float]:
+    """(bytes per element, matrix-rate multiple of FP16) of ``dtype``. Raises UserInputError."""
+    if dtype not in DTYPES:
+        raise UserInputError(f"--dtype: must be one of {', '.join(DTYPES)} (got {dtype!r})")
+    return DTYPES[dtype]
+
+
+def compute_device(dev: DeviceSpec, comm_sms: int, constants: KernelConstants, dtype: str = "fp16") -> DeviceSpec:
+    """The device a kernel's GEMM runs on: ``comm_sms`` SMs taken by communication, the tensor cores at
+    ``mma_fraction`` of their rate, times the dtype's rate multiple."""
+    if not 0 <= comm_sms < dev.pes:
+        raise UserInputError(f"--comm-sms: must be in 0..{dev.pes - 1} on this device (got {comm_sms})")
+    _, rate = dtype_info(dtype)
+    return dataclasses.replace(dev, pes=dev.pes - comm_sms,
+                               matrix_flops_per_cycle=dev.matrix_flops_per_cycle * rate
+                               * constants.mma_fraction)
+
+
+@dataclass(frozen=True)
+class GemmTime:
+    """One GEMM's time on the compute SMs: total, tile waves, the tiling used."""
+
+    time_s: float
+    waves: int
+    tiles: int
+    config: str
+    compute_s: float  # the clock-bound part alone (matrix, L1, L2 of every wave), without DRAM
+
+
+@memo.cached(maxsize=4096)
+def gemm_time(g: Gemm, dev: DeviceSpec, tile: Tile | None) -> GemmTime:
+    """The GEMM at the given tiling (split-K 1, grouped rasterisation, as Triton-distributed's persistent
+    kernels run), or the tuner's fastest without one."""
+    if tile is None:
+        try:
+            found = tilings(g, dev)
+        except NoTilingError as exc:
+            raise UserInputError(str(exc)) from None
+        i = int(np.argmin(found.time_s))
+    else:
+        if tile.stages * (tile.m * tile.k * g.a_bytes + tile.k * tile.n * g.b_bytes) > dev.l1_B:
+            raise UserInputError(f"--tile {tile.m}x{tile.n}x{tile.k} with {tile.stages} stages: the pipeline "
+                                 f"needs more than the {dev.l1_B / 1024:g} KiB of shared memory per SM")
+        grid = {"gemm": np.array([0]), "tm": np.array([tile.m]), "tn": np.array([tile.n]),
+                "tk": np.array([tile.k]), "stages": np.array([tile.stages]), "split": np.array([1]),
+                "grouped": np.array([True])}
+        found, i = time_tilings([g], dev, True, grid)[0], 0
+    config = (f"tile {found.tm[i]}x{found.tn[i]}x{found.tk[i]}, {found.stages[i]} stages, "
+              f"split-K {found.split[i]}")
+    compute_s = sum(wave.count * wave.clocked_s for wave in record(g, dev, found, i, True).wave_timings)
+    return GemmTime(float(found.time_s[i]), int(found.waves[i]), int(found.tiles[i]), config, compute_s)
+
+
+def stream_time_s(name: str, read_B: float, write_B: float, dev: DeviceSpec, hbm_Bps: float | None = None) -> float:
+    """An element-wise pass over HBM (a reduction or a local copy) on every SM of the device, at least its bytes at
+    the HBM bandwidth a streaming kernel achieves (``hbm_Bps``; the system's ``gpu.hbm_efficiency`` × peak)."""
+    time_s = time_vector(Vector(name, elements=(read_B + write_B) / 4, read_bytes=read_B, write_bytes=write_B), dev
+                         ).time_s
+    return max(time_s, (read_B + write_B) / hbm_Bps) if hbm_Bps else time_s
+
+
+def achievable_topology(network, share: float = 1.0) -> NetworkTopology:
+    """The system's network with every link derated to the payload rate NVLink delivers in practice: the model's
+    packet framing stays, so a link carries ``NVLINK_ACHIEVED_PAYLOAD_Bps`` of payload at full load (links
+    already slower than that keep their rate), times ``share`` (what the issuing engine reaches of it)."""
+    topology = as_topology(network)
+    levels = []
+    for level in topology.levels:
+        framing = level.packet_bytes / (level.packet_bytes + level.header_bytes) if level.packet_bytes else 1.0
+        payload_Bps = level.link_bw_Bps * framing
+        scale = min(1.0, NVLINK_ACHIEVED_PAYLOAD_Bps / payload_Bps)
+        levels.append(dataclasses.replace(level, link_bw_Bps=level.link_bw_Bps * scale * share))
+    return dataclasses.replace(topology, levels=tuple(levels))
+
+
+def transfer(op: str, bytes_per_rank: float, ranks: int, network, algorithm: str,
+             constants: KernelConstants, sm_issued: bool = False) -> CollectiveResult:
+    """A collective over devices 0…ranks−1 of the system at NVLink's achievable rate (times
+    ``sm_put_fraction`` when SM warps issue the puts), each step paying ``step_overhead_s`` (see
+    :func:`deepstack.models.collectives.collective_time` for ``bytes_per_rank``)."""
+    topology = achievable_topology(network, constants.sm_put_fraction if sm_issued else 1.0)
+    if not 2 <= ranks <= topology.devices:
+        raise UserInputError(f"ranks: the system has {topology.devices} devices; a kernel spans 2..{topology.devices}"
+                             f" (got {ranks})")
+    return collective_time(op, bytes_per_rank, tuple(range(ranks)), topology, algorithm=algorithm,
+                           step_overhead_s=constants.step_overhead_s)

@@ -1,0 +1,98 @@
+"""The GPU execution terms (deepstack/models/gpu), each against a figure worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepstack.catalog import load
+from deepstack.models.compute.workload import expected_active_experts
+from deepstack.models.gpu.collectives import allreduce_time_s
+from deepstack.models.gpu.host import TRITON_LAUNCH_S, host_rows, uses_graphs
+from deepstack.models.gpu.kernels import Kernels, step_kernels
+from deepstack.schema import Scenario, Schedule
+
+B200 = load("systems", "dgx-b200").architecture.gpu
+NVLINK5_Bps = 900e9
+
+
+def test_custom_allreduce_is_floor_plus_time_per_mib():
+    # Llama-3.3-70B, batch 1: 8192 × 2 B = 16 KiB → 10.1 µs + 1/64 MiB × 17.5 µs/MiB = 10.373 µs
+    assert allreduce_time_s(B200, 16384, 8, NVLINK5_Bps) == pytest.approx(10.1e-6 + 17.5e-6 / 64)
+
+
+def test_allreduce_above_the_custom_limit_goes_to_nccl():
+    # 8 MiB > 1 MiB: 10.1 µs + 2·7/8·8 MiB / (0.82 × 900 GB/s) = 10.1 µs + 19.894 µs
+    size = 8 * 1024 * 1024
+    assert allreduce_time_s(B200, size, 8, NVLINK5_Bps) == pytest.approx(10.1e-6 + 1.75 * size / (0.82 * 900e9))
+
+
+def test_no_allreduce_on_one_rank():
+    assert allreduce_time_s(B200, 1e6, 1, NVLINK5_Bps) == 0.0
+
+
+def test_distinct_experts_touched():
+    # E·(1 − (1 − k/E)^B): 256 experts, top-8, 64 tokens → 256·(1 − (31/32)^64) = 222.36
+    assert expected_active_experts(256, 8, 64) == pytest.approx(256 * (1 - (31 / 32) ** 64))
+    assert expected_active_experts(256, 8, 1) == pytest.approx(8.0)
+
+
+def test_kernel_counts_per_step():
+    llama = load("llms", "llama-3.3-70b")
+    # 80 layers × (8 attention + 5 MLP) + 12 per step = 1052 kernels, none of them Triton; host ops
+    # 80 × (18 + 7) + 15 = 2015
+    assert step_kernels(llama, {"dense": 80}, False) == Kernels(1052, 1052, 0, 2015)
+    dsv3 = load("llms", "deepseek-v3")
+    # graph: 3 dense layers × (21 + 7) + 58 MoE layers × (21 + 19) + 12 = 2416 (sglang#29960: ~2,000 graph nodes
+    # for an MLA + MoE decode step). Eager kernels: 3 × (34 + 7) + 58 × (34 + 27) + 12 = 3673. Triton launches
+    # 3 × (6 + 2) + 58 × (6 + 6) = 720; host ops: a block-FP8 linear 7, MLA 65 + 4 × 7 = 93, MoE 48 + 2 × 7 = 62,
+    # FP8 MLP 5 + 2 × 7 = 19 → 3 × 112 + 58 × 155 + 15 = 9341
+    assert step_kernels(dsv3, {"dense": 3, "moe": 58}, True) == Kernels(2416, 3673, 720, 9341)
+
+
+def test_host_rows_graph_and_eager():
+    kernels = Kernels(1000, 1200, 100, 3000)
+    graph = host_rows(B200, kernels, 5e-3, graphs=True)
+    # 1000 boundaries × 1.3 µs, then the per-step host work
+    assert [r.nominal_s for r in graph] == pytest.approx([1.3e-3, B200.host_step_us * 1e-6])
+    eager = host_rows(B200, kernels, 5e-3, graphs=False)
+    # 3000 PyTorch calls × 10.9 µs + 100 Triton launches × 18 µs = 34.5 ms of host time
+    host = 3000 * B200.eager_op_us * 1e-6 + 100 * TRITON_LAUNCH_S
+    assert host == pytest.approx(34.5e-3)
+    gaps = 1200 * 1.3e-6
+    # the host shows only beyond the GPU's work and gaps
+    assert [r.nominal_s for r in eager] == pytest.approx([gaps, host - 5e-3 - gaps, B200.host_step_us * 1e-6])
+
+
+def test_graphs_only_up_to_the_largest_captured_batch():
+    tp8 = Schedule.parse("tp=8")
+    small = Scenario(model="llama-3.3-70b", phase="decode", batch=512)
+    assert uses_graphs(B200, small, tp8)
+    assert not uses_graphs(B200, small.model_copy(update={"batch": 513}), tp8)
+    assert not uses_graphs(B200, small.model_copy(update={"cuda_graphs": False}), tp8)
+    assert not uses_graphs(B200, small.model_copy(update={"phase": "prefill"}), tp8)
+
+
+def test_3d_chips_have_no_gpu_table():
+    for chip in ("standard", "h100-star", "h200-star"):
+        assert load("chips", chip).gpu is None
+
+
+def test_fused_moe_call_latency_per_moe_layer():
+    from deepstack.api import evaluate
+
+    # sglang PR #11816, Triton fused MoE at DeepSeek's TP8 block-FP8 shape on B200: 52.65 µs at batch 1, of which
+    # 9 experts × 3 × 7168 × 256 B = 49.5 MB at 0.87 × 8 TB/s (7.12 µs) and 7 boundaries × 1.3 µs (9.1 µs)
+    sourced_us = 52.65 - 9 * 3 * 7168 * 256 / (0.87 * 8e12) * 1e6 - 7 * 1.3
+    assert pytest.approx(sourced_us, abs=0.05) == B200.moe_call_latency_us
+
+    def latency_rows(model):
+        report = evaluate(model=model, system="dgx-b200", parallel="tp=8", phase="decode", batch=1,
+                          with_ttft=False)
+        return [op for op in report.breakdown.operators if op.name == "fused_moe_latency"]
+
+    # once per MoE layer (58 of DeepSeek-V3's 61), none for a dense model
+    (row,) = latency_rows("deepseek-v3")
+    assert row.count == 58 and row.time_s == pytest.approx(58 * 36.4e-6)
+    assert latency_rows("llama-3.3-70b") == []
+    # a system without a public figure pays nothing
+    assert load("systems", "dgx-h100").architecture.gpu.moe_call_latency_us == 0.0
