@@ -398,7 +398,7 @@ def _optimize_summary(result: dict) -> None:
         print("stopped: the hypervolume did not grow for the --until-stall trials")
     if run.get("interrupted"):
         print(f"interrupted by {run['interrupted']}: {result['trials']} completed trials kept in {result['storage']};"
-              f" trial(s) {run['requeued']} failed and queued again; re-run the same command to continue")
+              f" the interrupted batch is queued as trial(s) {run['requeued']}; re-run the same command to continue")
 
 
 @app.command()
@@ -546,8 +546,26 @@ def study_report(
 
 
 accuracy_app = typer.Typer(help="Check the models against measured or simulated reference data (validation/).",
-                           no_args_is_help=True)
+                           invoke_without_command=True)
 app.add_typer(accuracy_app, name="accuracy")
+
+
+@accuracy_app.callback()
+def accuracy_group(
+    ctx: typer.Context,
+    cross_validate: Annotated[bool, typer.Option("--cross-validate", help="Print the generalisation table "
+                                                 "(the same as `deepstack accuracy cross-validate`).")] = False,
+) -> None:
+    """Check the models against measured or simulated reference data (validation/).
+
+    Example: deepstack accuracy --cross-validate
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if cross_validate:
+        accuracy_cross_validate()
+        return
+    typer.echo(ctx.get_help())
 
 
 @accuracy_app.command("network")

@@ -66,3 +66,19 @@ def test_mi325x_runs_on_its_own_figures():
                       with_ttft=False, breakdown=False)
     assert report.feasible
     assert 60 < report.metrics.stps < 80  # 73.4 tokens/s today
+
+
+def test_cli_serving_table_plot_and_cross_validation(cli, tmp_path):
+    """End to end: `accuracy serving --json --plot` gives the same MAPE as the harness and writes a PNG;
+    `accuracy --cross-validate` prints both leave-one-model-out rows and the kernels' leave-one-kind-out rows."""
+    png = tmp_path / "serving.png"
+    result = cli("accuracy", "serving", "--json", "--plot", str(png))
+    assert result.code == 0, result.err
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    graphs = [r for r in serving.modelled_rows() if r.graphs]
+    assert result.json()["scores"]["graphs"]["mape_pct"] == pytest.approx(
+        serving.mape_pct(graphs, serving.shipped_constants()), rel=1e-9)
+    table = cli("accuracy", "--cross-validate")
+    assert table.code == 0, table.err
+    for needle in ("llama-3.3-70b", "deepseek-v3", "moe-gemm-ar", "ep-dispatch", "ulysses"):
+        assert needle in table.out
