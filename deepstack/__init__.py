@@ -169,10 +169,12 @@ def sweep(*, scenario: Scenario, space: str | None = None, objectives: list[str]
                with_ttft=with_ttft, backend=backend, scheduler=scheduler)
 
 
-def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps",), scenario: Scenario | None = None,
-             space: str | None = None, sampler: str = "nsga2", trials: int = 40, study: str = "deepstack",
-             storage: str | None = None, seed: int | None = None, workers: int = 1, out: str | None = None):
-    """Create or resume an Optuna study over a design space and add ``trials`` trials.
+def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps", "tokens_per_joule"),
+             scenario: Scenario | None = None, space: str | None = None, sampler: str = "nsga2", trials: int = 100,
+             study: str = "deepstack", storage: str | None = None, seed: int | None = 0, workers: int = 1,
+             out: str | None = None, batch: int = 4, until_stall: int | None = None, inner: str = "screen"):
+    """Create or resume an Optuna study over a design space and add ``trials`` trials (fewer with
+    ``until_stall``); the defaults are ``deepstack optimize``'s (the same seed gives the same front).
 
     ``scenario`` defaults to the space's first; ``storage`` an Optuna storage URL (SQLite by default;
     PostgreSQL needs the ``[postgres]`` extra). Returns the study result (trials, Pareto front, files written).
@@ -180,4 +182,5 @@ def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps",), scenario: S
     from deepstack.search.optimize import optimize as run
 
     return run(objectives=list(objectives), space=space, scenario=scenario, sampler=sampler, trials=trials,
-               study=study, storage=storage, seed=seed, workers=workers, out=out)
+               study=study, storage=storage, seed=seed, workers=workers, out=out, batch=batch,
+               until_stall=until_stall, inner=inner)

@@ -125,9 +125,12 @@ def progress_bar(label: str, total: int, enabled: bool = True):
 def pareto(result: dict[str, Any]) -> None:
     """The Pareto table of an optimize (or sweep) result, and where the files went."""
     objectives = result["objectives"]
-    rows = [{**{o: r[o] for o in objectives}, "chip": r.get("chip"), "noc": r.get("noc"),
-             "m": r.get("stacked_layers"), "n": r.get("connected_layers"), "sram": r.get("sram"),
-             "hop×": r.get("hop_latency_scale"), "bw×": r.get("level_bw_scales"), "schedule": r.get("schedule")}
+    units = {"stps": "tokens/s", "utps": "tokens/s", "tokens_per_joule": "tokens/J", "ttft": "s"}
+    rows = [{**({"id": r["id"]} if "id" in r else {}), **{f"{o} ({units[o]})": r[o] for o in objectives},
+             "chip": r.get("chip"), "noc": str(r.get("noc")).rsplit("/", 1)[-1].removesuffix(".toml"),
+             "m": r.get("stacked_layers"), "n": r.get("connected_layers"), "PEs/device": r.get("pes_per_device"),
+             "sram": r.get("sram"), "hop×": r.get("hop_latency_scale"), "bw×": r.get("level_bw_scales"),
+             "schedule": r.get("schedule"), "W/mm²": r.get("power_density_W_per_mm2"), "°C": r.get("temperature_c")}
             for r in result["pareto"]]
     title = f"Pareto front ({len(rows)} designs)"
     if "study" in result:
@@ -135,3 +138,30 @@ def pareto(result: dict[str, Any]) -> None:
     table(title, rows)
     for kind, path in result.get("files", {}).items():
         console.print(f"{kind}: {path}")
+
+
+def comparison(result: dict[str, Any]) -> None:
+    """``deepstack compare`` for humans: the fixed reference, the ratios, each side's spend, front and extremes."""
+    objectives = result["objectives"]
+    units = {key: unit for key, (_, unit) in _METRIC_LABELS.items()} | {"ttft": "s"}
+
+    def point(values: list[float]) -> str:
+        return ", ".join(f"{o} {fmt(v)} {units.get(o, '')}".rstrip() for o, v in zip(objectives, values, strict=True))
+
+    def ratio(value: float | None) -> str:
+        return "—" if value is None else f"{value:.4f}"
+
+    e, w = result["at_equal_evaluations"], result["at_equal_wall_time"]
+    console.print(f"reference point {point(result['reference_point'])}: the nadir of the sweep's feasible points "
+                  f"(ideal {point(result['ideal_point'])}); set by the sweep alone", markup=False, highlight=False)
+    console.print(f"hypervolume ratio study/sweep {ratio(result['hypervolume_ratio'])} with "
+                  f"{result['evaluation_share']:.2%} of the evaluations; at equal evaluations ({e['evaluations']:,}) "
+                  f"{ratio(e['hypervolume_ratio'])}; at equal wall time ({w['wall_s']:.1f} s, sweep times "
+                  f"{w['sweep_times']}) {ratio(w['hypervolume_ratio'])}", markup=False, highlight=False)
+    s, sw = result["study"], result["sweep"]
+    table("sides", [{"side": label, "hypervolume (normalised)": side["hypervolume_normalised"],
+                     "evaluations": side["evaluations"], "wall_s": side["wall_s"], "front points": side["front_size"],
+                     "unique designs": side["unique_designs"], "unique hardware": side["unique_hardware_points"]}
+                    for label, side in ((f"study {s['name']}", s), (f"sweep {sw['folder']} ({sw['mode']})", sw))])
+    table("extremes of each front", [{"side": label, **row} for label, side in (("study", s), ("sweep", sw))
+                                     for row in side["extremes"]])

@@ -8,21 +8,69 @@ every pool of the sweeps, the study runners and the Optuna workers.
 * :func:`run_spawned` — processes that start from scratch (Optuna workers, each opening its own storage).
 
 Local pools fork where the platform can (:func:`fork_context`): the workers inherit the parent's warm caches.
+No local worker outlives its parent (:func:`die_with_parent`): a killed sweep, study or optimize run takes its
+workers with it instead of leaving them computing (and holding their memory) with nobody to report to.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import gc
 import math
 import multiprocessing
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 IN_FLIGHT = 2  # chunks a local worker holds at once: it starts the next while the parent records the last
 POLL_S = 0.5  # how often run_spawned reports progress while its processes work
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal the kernel sends this process when its parent dies (Linux)
+WATCHDOG_S = 1.0  # where prctl is missing, a worker checks this often whether its parent is still alive
+
+
+def die_with_parent(parent: int) -> None:
+    """Make this (worker) process end when the process ``parent`` ends, however it ends (SIGKILL included).
+
+    On Linux the kernel does it: prctl(PR_SET_PDEATHSIG, SIGTERM) (its default action ends the process; a worker
+    that handles SIGTERM ends through its handler). Elsewhere a daemon thread polls ``os.getppid()``, which
+    changes once the parent is gone. A parent that died before this call is caught by checking ``os.getppid()``
+    after setting the signal up."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), name="parent-watchdog", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCHDOG_S)
+    os._exit(1)
+
+
+def _run_guarded(parent: int, target: Callable, *args) -> None:
+    """A spawned process's entry point: :func:`die_with_parent`, then ``target(*args)``."""
+    die_with_parent(parent)
+    target(*args)
+
+
+def worker_pool(workers: int) -> ProcessPoolExecutor:
+    """A local process pool (forked where possible) whose workers end with this process."""
+    return ProcessPoolExecutor(workers, mp_context=fork_context(), initializer=die_with_parent,
+                               initargs=(os.getpid(),))
 
 
 def fork_context():
@@ -35,7 +83,7 @@ def map_in_order(fn: Callable, tasks: list, workers: int) -> list:
     (``fn`` and the tasks must pickle; results come back in the tasks' order)."""
     if workers <= 1 or len(tasks) <= 1:
         return [fn(task) for task in tasks]
-    with ProcessPoolExecutor(min(workers, len(tasks)), mp_context=fork_context()) as pool:
+    with worker_pool(min(workers, len(tasks))) as pool:
         return list(pool.map(fn, tasks))
 
 
@@ -43,7 +91,7 @@ def run_spawned(target: Callable, args: list[tuple], progress: Callable[[], None
     """Run ``target(*a)`` for each ``a`` in its own freshly started (spawned) process, calling ``progress()``
     about every :data:`POLL_S` seconds until all have ended; returns their exit codes (0: success)."""
     context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=target, args=a) for a in args]
+    processes = [context.Process(target=_run_guarded, args=(os.getpid(), target, *a)) for a in args]
     for p in processes:
         p.start()
     while any(p.is_alive() for p in processes):
@@ -121,7 +169,7 @@ def local_session(workers: int) -> Iterator[Callable]:
             if not chunks:
                 return
             gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
-            pools.extend(ProcessPoolExecutor(max_workers=1, mp_context=fork_context()) for _ in range(workers))
+            pools.extend(worker_pool(1) for _ in range(workers))
         share = math.ceil(len(chunks) / workers)
         blocks = [collections.deque(chunks[i:i + share]) for i in range(0, len(chunks), share)]
         blocks += [collections.deque() for _ in range(workers - len(blocks))]

@@ -149,6 +149,7 @@ def enumerate_schedules(n: int, scenario: Scenario | None = None) -> list[Strate
     solver = cp_model.CpSolver()
     solver.parameters.enumerate_all_solutions = True
     solver.parameters.num_workers = 1
+    solver.parameters.catch_sigint_signal = False  # keep the process's SIGINT handler (see repair)
     collector = _Collector(vars_)
     solver.Solve(model, collector)
     return sorted(collector.found, key=lambda s: (s.tp, s.ep, s.sp, s.cp, s.dp, s.pp, s.fsdp))
@@ -332,6 +333,9 @@ class Feasibility:
         model.Minimize(sum(cost))
         solver = cp_model.CpSolver()
         solver.parameters.num_workers = 1
+        # CP-SAT would otherwise install its own C-level SIGINT handler and leave SIG_DFL behind: Ctrl-C would then
+        # kill the process outright instead of reaching search/interrupt.py's clean stop
+        solver.parameters.catch_sigint_signal = False
         solver.parameters.max_time_in_seconds = SOLVE_SECONDS
         if solver.Solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             raise InfeasibleError(f"space {self.space.name}: no feasible hardware for {self.scenario.model.name} "

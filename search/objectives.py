@@ -20,3 +20,18 @@ def score(metrics, objective: str) -> float:
     key, larger = OBJECTIVES[objective]
     value = metrics[key]
     return value if larger else -value
+
+
+def parse_objectives(text: str) -> list[str]:
+    """``--objective`` text (comma-separated names) as a list; one line naming the field on bad input."""
+    from deepstack.errors import UserInputError
+
+    names = [part.strip().lower() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UserInputError(f"--objective: give one or more of {', '.join(OBJECTIVES)}")
+    for name in names:
+        if name not in OBJECTIVES:
+            raise UserInputError(f"--objective: unknown objective {name!r}; allowed: {', '.join(OBJECTIVES)}")
+    if len(set(names)) != len(names):
+        raise UserInputError("--objective: each objective may appear once")
+    return names

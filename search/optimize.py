@@ -3,8 +3,9 @@
 A trial proposes a hardware point and a schedule; CP-SAT repairs it to the nearest feasible point (area,
 stacking, memory, pruning rules), so every evaluated trial is feasible by construction; thermal limits, known
 only after evaluating, go through Optuna's constraint API. Studies live in an RDB (SQLite by default) or a
-journal file and resume: re-running the same command adds ``trials`` more; a killed run loses no completed
-trial (each trial commits on completion, and heartbeats let a later run fail a killed worker's trial).
+journal file and resume: re-running the same command adds ``trials`` more. The sampler runs on an in-memory
+mirror of the study (:class:`Mirror`) and each batch of finished trials is stored in one write, so a killed run loses
+only the batch it was evaluating and never leaves a RUNNING trial (the batched loop: :mod:`.ask_tell`).
 """
 
 from __future__ import annotations
@@ -13,27 +14,27 @@ import contextlib
 import datetime
 import importlib.util
 import json
-import math
 import sqlite3
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import optuna
 
 from deepstack.errors import UserInputError
-from deepstack.models import memo, tune_gc
-from deepstack.models.evaluate import evaluate
-from deepstack.models.parallel.strategies import Strategy, divisors
+from deepstack.models.parallel.strategies import Strategy
 from deepstack.schema import DesignSpace, Scenario
-from deepstack.search import executor
-from deepstack.search.feasibility import DIMS, Proposal, feasibility_of
-from deepstack.search.objectives import OBJECTIVES
-from deepstack.search.space import HardwarePoint, design_point, load_space, scenarios
-from deepstack.search.study_front import pareto_front, write_front
+from deepstack.search import ask_tell
+from deepstack.search.ask_tell import _noc_levels
+from deepstack.search.feasibility import Proposal, feasibility_of
+from deepstack.search.interrupt import Interrupts
+from deepstack.search.objectives import OBJECTIVES, parse_objectives  # noqa: F401 (re-exported: api)
+from deepstack.search.space import HardwarePoint, load_space, scenarios
+from deepstack.search.study_front import write_front
+from deepstack.search.study_record import StudyRecord, check_same_problem, study_counts
 
 SAMPLERS = ("nsga2", "tpe")
 # heartbeats and fail_stale_trials are marked experimental in Optuna 5 but are the documented recovery path
@@ -43,18 +44,9 @@ HEARTBEAT_INTERVAL_S = 5  # a running trial refreshes its heartbeat this often (
 HEARTBEAT_GRACE_S = 20  # a trial silent this long belongs to a killed worker and is failed on resume
 ZOMBIE_AGE_S = 600  # a trial evaluates in seconds; one RUNNING for 10 minutes belongs to a dead worker
 SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead of failing
-
-
-def parse_objectives(text: str) -> list[str]:
-    names = [part.strip().lower() for part in text.split(",") if part.strip()]
-    if not names:
-        raise UserInputError(f"--objective: give one or more of {', '.join(OBJECTIVES)}")
-    for name in names:
-        if name not in OBJECTIVES:
-            raise UserInputError(f"--objective: unknown objective {name!r}; allowed: {', '.join(OBJECTIVES)}")
-    if len(set(names)) != len(names):
-        raise UserInputError("--objective: each objective may appear once")
-    return names
+DEFAULT_SEED = 0  # every run of the same command proposes the same points (--seed to vary)
+DEFAULT_BATCH = 4  # trials asked, solved (on the worker pool) and told together
+INNER = ("screen", "exact")  # how a sampled point's schedules are solved (search/bilevel.py)
 
 
 def default_storage(study: str) -> str:
@@ -132,81 +124,165 @@ class Problem:
         return feasibility_of(self.space, self.scenario)
 
 
-def _suggest(trial: optuna.trial.Trial, problem: Problem) -> Proposal:
-    f = problem.feasibility
-    hw = problem.space.hardware
-    chip = trial.suggest_categorical("chip", f.chips)
-    noc = trial.suggest_categorical("noc", f.nocs)
-    m = trial.suggest_categorical("stacked_layers", [str(v) for v in f.stacked])
-    n = trial.suggest_int("connected_layers", 1, max(f.stacked))
-    sram = trial.suggest_categorical("sram", f.srams)
-    hop = trial.suggest_categorical("hop_latency_scale", [f"{v:g}" for v in hw.hop_latency_scale])
-    bws = tuple(float(trial.suggest_categorical(f"bw_scale_L{i + 1}", [f"{v:g}" for v in hw.level_bw_scale]))
-                for i in range(f.levels))
-    divs = [str(d) for d in divisors(f.n)]
-    degrees = {d: int(trial.suggest_categorical(d, divs)) for d in DIMS if d != "dp"}
-    rest = f.n // math.prod(degrees.values()) if f.n % math.prod(degrees.values()) == 0 else 1
-    fsdp = trial.suggest_categorical("fsdp", [str(v).lower() for v in f.fsdp]) == "true"
-    levels = _noc_levels(noc)
-    point = HardwarePoint(chip, noc, int(m), n, sram, float(hop), bws[:levels])
-    return Proposal(point, Strategy(degrees["tp"], degrees["ep"], degrees["sp"], degrees["cp"], max(rest, 1),
-                                    degrees["pp"], fsdp))
+# The study's in-memory mirror (issue 20, acceptance 4). The persistent study (SQLite, PostgreSQL or a journal file)
+# stays the record; the sampler runs on an Optuna InMemoryStorage study holding the same trials, loaded when the run
+# starts and refreshed before each batch with the trials other processes added (only when the stored trial count
+# has grown). Proposals are asked and told on the mirror; a batch's finished trials go to the persistent study in ONE
+# write (parameters, values, user and system attributes, constraint), so the stored study never holds a RUNNING
+# trial of this path: a SIGKILL loses only the batch being evaluated. Queued (WAITING) trials of the persistent study
+# (an interrupted run's proposals) are mirrored as WAITING with their fixed parameters, so ``ask`` takes them first;
+# when one completes, its completed copy is written (system attribute ``consumed_waiting``: the queued trial's
+# number), then the queued trial is marked FAIL. A kill between those two writes leaves both: the next run sees the
+# copy and fails the queued trial without evaluating it again.
+CONSUMED = "consumed_waiting"  # system attribute of a trial that completed a queued trial: the queued trial's number
+FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+WAITING = optuna.trial.TrialState.WAITING
 
 
-def _noc_levels(noc: str) -> int:
-    from deepstack import catalog
+class Mirror:
+    """An in-memory copy of ``study`` (its finished and queued trials) that samples with ``sampler``."""
 
-    return len(catalog.load("nocs", noc).levels)
+    def __init__(self, study: optuna.Study, sampler) -> None:
+        self.study, self.store, self.study_id = study, study._storage, study._study_id
+        backend = getattr(self.store, "_backend", self.store)  # Optuna wraps an RDB storage in a cache
+        self.rdb = backend if isinstance(backend, optuna.storages.RDBStorage) else None
+        self.memory = optuna.create_study(directions=[d.name.lower() for d in study.directions], sampler=sampler)
+        self.known: set[int] = set()  # persistent trial numbers mirrored (or deliberately left out: RUNNING ones)
+        self.queued: dict[int, optuna.trial.FrozenTrial] = {}  # mirror trial id → the persistent WAITING trial
+        self.completed = 0  # COMPLETE trials of the persistent study, as far as this process knows
+        self.seen = 0
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Mirror the persistent study's trials not mirrored yet (one count query when nothing changed)."""
+        count = _count(self.rdb, self.study_id) if self.rdb is not None else self.store.get_n_trials(self.study_id)
+        if count == self.seen:
+            return
+        trials = self.store.get_all_trials(self.study_id, deepcopy=False)
+        self.seen = len(trials)
+        consumed = {t.system_attrs[CONSUMED] for t in trials if CONSUMED in t.system_attrs}
+        for t in sorted(trials, key=lambda t: t.number):
+            if t.number in self.known:
+                continue
+            self.known.add(t.number)
+            if t.state in FINISHED:
+                self.memory.add_trial(t)
+                self.completed += t.state == optuna.trial.TrialState.COMPLETE
+            elif t.state == WAITING and t.number in consumed:  # completed by a run killed before marking it
+                self._mark_consumed(t)
+            elif t.state == WAITING:
+                self.queued[self.memory._storage.create_new_trial(self.memory._study_id, template_trial=t)] = t
+            # a RUNNING trial belongs to another process (or an older version's killed run): not sampled from
+
+    def ask(self, size: int) -> list[optuna.trial.Trial]:
+        return [self.memory.ask() for _ in range(size)]
+
+    def enqueue(self, params: dict, user_attrs: dict) -> None:
+        self.memory.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=True)
+
+    def tell(self, trial: optuna.trial.Trial, values: list[float] | None) -> None:
+        """Tell the mirror a trial's values (``None``: it failed)."""
+        if values is None:
+            self.memory.tell(trial, state=optuna.trial.TrialState.FAIL)
+        else:
+            self.memory.tell(trial, values)
+
+    def write(self, told: list[optuna.trial.Trial]) -> list[int]:
+        """Write a batch of told mirror trials to the persistent study (RDB: one transaction; a journal: one
+        appended operation per trial); returns their persistent numbers."""
+        copies, sources = [], []
+        for trial in told:
+            frozen = self.memory._storage.get_trial(trial._trial_id)
+            sources.append(self.queued.pop(trial._trial_id, None))
+            system = {**frozen.system_attrs, **({CONSUMED: sources[-1].number} if sources[-1] else {})}
+            copies.append(optuna.trial.FrozenTrial(
+                number=0, state=frozen.state, value=None, values=frozen.values, datetime_start=frozen.datetime_start,
+                datetime_complete=frozen.datetime_complete, params=frozen.params, distributions=frozen.distributions,
+                user_attrs=frozen.user_attrs, system_attrs=system, intermediate_values={}, trial_id=0))
+        numbers = _insert(self.rdb, self.study_id, copies) if self.rdb is not None else None
+        if numbers is None:  # a journal file: one appended operation per trial
+            numbers = [self.store.get_trial_number_from_id(self.store.create_new_trial(self.study_id, template_trial=c))
+                       for c in copies]
+        self.known.update(numbers)
+        self.seen += len(numbers)
+        self.completed += sum(c.state == optuna.trial.TrialState.COMPLETE for c in copies)
+        for source in sources:
+            if source is not None:
+                self._mark_consumed(source)
+        return numbers
+
+    def _mark_consumed(self, queued: optuna.trial.FrozenTrial) -> None:
+        with contextlib.suppress(Exception):  # another process may have completed or consumed it already
+            self.store.set_trial_state_values(queued._trial_id, optuna.trial.TrialState.FAIL)
+
+    def requeue(self, asked: list[optuna.trial.Trial], reason: str) -> list[int]:
+        """Queue an interrupted batch's proposals in the persistent study (WAITING, with their parameters) so the
+        next run evaluates them first; proposals that were queued trials already stay queued. Returns their
+        persistent numbers."""
+        numbers = []
+        for trial in asked:
+            source = self.queued.get(trial._trial_id)
+            if source is not None:
+                numbers.append(source.number)
+                continue
+            attrs = {**trial.user_attrs, "requeued": reason}
+            template = optuna.trial.create_trial(state=WAITING, system_attrs={"fixed_params": dict(trial.params)},
+                                                 user_attrs=attrs)
+            numbers.append(self.store.get_trial_number_from_id(
+                self.store.create_new_trial(self.study_id, template_trial=template)))
+            self.seen += 1
+            self.known.add(numbers[-1])
+        return numbers
 
 
-REPORTS = memo.Table("search.optimize.reports", maxsize=4096, lru=True)  # (problem, repaired point) → report
-"""Reports of the points this process evaluated: NSGA-II revisits points, and repair maps many proposals to one."""
+def _count(rdb, study_id: int) -> int:
+    """The study's trials, counted by the database (Optuna's ``get_n_trials`` reads every trial)."""
+    from optuna.storages._rdb import models
+    from sqlalchemy import func
+
+    with rdb.engine.connect() as connection:
+        table = models.TrialModel.__table__
+        query = table.select().with_only_columns(func.count()).where(table.c.study_id == study_id)
+        return int(connection.execute(query).scalar())
 
 
-def evaluate_proposal(problem: Problem, proposal: Proposal) -> tuple[Proposal, dict]:
-    """Repair (CP-SAT) then evaluate; returns the evaluated point and its report."""
-    repaired = problem.feasibility.repair(proposal)
-    key = (problem, repaired)
-    report = REPORTS.lookup(key)
-    if report is None:
-        point = design_point(problem.space, repaired.hardware, problem.scenario, repaired.strategy.to_schedule())
-        report = evaluate(point, with_ttft="ttft" in problem.objectives).as_dict()
-        REPORTS.put(key, report)
-    return repaired, report
+def _insert(rdb, study_id: int, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+    """Write finished (or queued) trials whole, in one transaction, with Optuna's own tables and numbering (the
+    study row locked, numbers counted from the trial ids, as ``RDBStorage.create_new_trial`` does); returns their
+    numbers. Optuna's template path costs a query per parameter and attribute (about 50 ms a trial on SQLite)."""
+    import sqlalchemy
+    from optuna.distributions import distribution_to_json
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
 
-
-def _objective(problem: Problem):
-    def run(trial: optuna.trial.Trial) -> list[float]:
-        proposal = _suggest(trial, problem)
-        started = time.perf_counter()
-        repaired, report = evaluate_proposal(problem, proposal)
-        trial.set_user_attr("evaluation_s", time.perf_counter() - started)  # repair + evaluation, for overheads
-        metrics = report["metrics"]
-        trial.set_user_attr("design", {**repaired.hardware.as_dict(), "schedule": repaired.strategy.label,
-                                       "fsdp": repaired.strategy.fsdp})
-        trial.set_user_attr("repaired", repaired != proposal)
-        trial.set_user_attr("report", _jsonable(report))
-        # the limit the evaluation held (the chip's, or the scenario's --max-temp-c)
-        temperature, limit = metrics["temperature_c"], report["hardware"]["max_temp_c"]
-        trial.set_constraint("thermal_c_over_limit", temperature - limit)
-        return [metrics[OBJECTIVES[o][0]] for o in problem.objectives]
-
-    return run
-
-
-def _jsonable(data):
-    return json.loads(json.dumps(data, default=str, allow_nan=True).replace("NaN", "null"))
-
-
-def _worker(args: tuple) -> None:
-    """One worker process: load the study and run its share of trials (spawned, so nothing is inherited)."""
-    storage_url, study_name, space_name, scenario_json, objectives, sampler, seed, trials = args
-    tune_gc()
-    problem = Problem(load_space(space_name), Scenario.model_validate_json(scenario_json), tuple(objectives))
-    storage = open_storage(storage_url)
-    study = optuna.load_study(study_name=study_name, storage=storage, sampler=_sampler(sampler, seed))
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study.optimize(_objective(problem), n_trials=trials, gc_after_trial=False)
+    with _create_scoped_session(rdb.scoped_session) as session:
+        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
+        stored = [models.TrialModel(study_id=study_id, number=None, state=t.state, datetime_start=t.datetime_start,
+                                    datetime_complete=t.datetime_complete) for t in trials]
+        session.add_all(stored)
+        session.flush()
+        first = stored[0].count_past_trials(session)  # the study is locked: the batch's numbers follow on
+        rows: dict = {models.TrialValueModel: [], models.TrialParamModel: [], models.TrialUserAttributeModel: [],
+                      models.TrialSystemAttributeModel: []}
+        for i, (row, trial) in enumerate(zip(stored, trials, strict=True)):
+            row.number, tid = first + i, row.trial_id
+            for objective, value in enumerate(trial.values or ()):
+                number, kind = models.TrialValueModel.value_to_stored_repr(value)
+                rows[models.TrialValueModel].append({"trial_id": tid, "objective": objective, "value": number,
+                                                     "value_type": kind})
+            for name, value in trial.params.items():
+                distribution = trial.distributions[name]
+                rows[models.TrialParamModel].append({"trial_id": tid, "param_name": name,
+                                                     "param_value": distribution.to_internal_repr(value),
+                                                     "distribution_json": distribution_to_json(distribution)})
+            for model, items in ((models.TrialUserAttributeModel, trial.user_attrs),
+                                 (models.TrialSystemAttributeModel, trial.system_attrs)):
+                rows[model] += [{"trial_id": tid, "key": key, "value_json": json.dumps(value)}
+                                for key, value in items.items()]
+        for model, batch in rows.items():  # one executemany per table
+            if batch:
+                session.execute(sqlalchemy.insert(model), batch)
+        return [row.number for row in stored]
 
 
 @dataclass
@@ -219,18 +295,29 @@ class OptimizeResult:
     pareto: list[dict]
     files: dict[str, str]
     wall_s: float
+    run: dict = field(default_factory=dict)  # counts, hypervolume, evaluations, stop reason of this run
 
 
 def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | None, sampler: str = "nsga2",
-             trials: int = 40, study: str = "deepstack", storage: str | None = None, seed: int | None = None,
-             workers: int = 1, out: str | None = None,
-             progress: Callable[[int, int], None] | None = None) -> OptimizeResult:
-    """Create or resume a study and add ``trials`` trials; write the Pareto front files."""
+             trials: int = 100, study: str = "deepstack", storage: str | None = None, seed: int | None = DEFAULT_SEED,
+             workers: int = 1, out: str | None = None, batch: int = DEFAULT_BATCH, until_stall: int | None = None,
+             inner: str = "screen", progress: Callable[[int, int], None] | None = None,
+             log: Callable[[str], None] | None = None) -> OptimizeResult:
+    """Create or resume a study and add ``trials`` trials (fewer if ``until_stall`` trials pass without the
+    hypervolume growing, or a SIGINT/SIGTERM ends the run: then ``run["interrupted"]`` names the signal, and the
+    interrupted batch's proposals are queued); write the Pareto front files and the hypervolume PNG."""
     if trials < 0 or trials > 1_000_000:
         raise UserInputError(f"--trials: must be in 0..1000000 (got {trials})")
     if not 1 <= workers <= 64:
         raise UserInputError(f"--workers: must be in 1..64 (got {workers})")
+    if not 1 <= batch <= 1024:
+        raise UserInputError(f"--trials-per-batch: must be in 1..1024 (got {batch})")
+    if until_stall is not None and until_stall < 1:
+        raise UserInputError(f"--until-stall: must be a number of trials ≥ 1 (got {until_stall})")
+    if inner not in INNER:
+        raise UserInputError(f"--inner: must be one of {', '.join(INNER)} (got {inner!r})")
     _sampler(sampler, seed)  # validate the name before touching any storage
+    started = time.perf_counter()
     design_space = load_space(space)
     if scenario is None:
         scenario = scenarios(design_space)[0]
@@ -245,49 +332,35 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     except Exception as exc:
         raise UserInputError(f"--storage: cannot use study {study!r} at {storage_url!r}: "
                              f"{str(exc).splitlines()[0][:200]}") from None
-    _check_same_problem(the_study, problem, space)
+    check_same_problem(the_study, problem)
     if isinstance(store, optuna.storages.RDBStorage):
-        optuna.storages.fail_stale_trials(the_study)  # a killed worker's RUNNING trial becomes FAIL
-        _fail_unbeaten(the_study, store)
+        optuna.storages.fail_stale_trials(the_study)  # an older version's killed trial (heartbeats) becomes FAIL
     _fail_zombies(the_study)
     before = _completed(the_study)
-    started = time.perf_counter()
-    if workers == 1:
-        callbacks = [lambda s, t: progress(_completed(s) - before, trials)] if progress else []
-        the_study.optimize(_objective(problem), n_trials=trials, callbacks=callbacks, gc_after_trial=False)
-    else:
-        _run_workers(problem, storage_url, study, space, sampler, seed, trials, workers, the_study, before, progress)
-    wall = time.perf_counter() - started
-    front = pareto_front(the_study, list(objectives))
-    files = write_front(front, the_study, list(objectives), Path(out or "studies"), study)
+    setup_s, running = time.perf_counter() - started, time.perf_counter()
+    with Interrupts() as stops:
+        run = ask_tell.run(Mirror(the_study, _sampler(sampler, seed)), the_study, problem, trials, batch, workers,
+                           until_stall, progress, log, stops, inner)
+    wall = time.perf_counter() - running
+    tick = time.perf_counter()
+    record = StudyRecord.load(the_study, list(objectives))
+    front = record.front_rows()
+    folder = Path(out or "studies")
+    files = write_front(front, the_study, list(objectives), folder, study, space=design_space)
+    png = record.progress.plot(str(folder / f"{study}.hypervolume.png"), f"{study}: hypervolume after each batch")
+    if png:
+        files["hypervolume_png"] = png
+    history = record.progress.history
+    run["timing_s"].update(setup=setup_s, front=time.perf_counter() - tick)
+    run.update({"hypervolume": history[-1][2] if history else 0.0, "evaluations": record.evaluations,
+                "study_counts": study_counts(the_study), "seed": seed, "batch": batch})
     return OptimizeResult(study, storage_url, _completed(the_study), _completed(the_study) - before,
-                          list(objectives), front, files, wall)
-
-
-def _fail_unbeaten(study, store) -> None:
-    """Fail (and retry) RUNNING trials that never recorded a heartbeat although they started more than the grace
-    period ago: their worker died between ``ask()`` and the heartbeat thread's first beat, a window Optuna's
-    ``fail_stale_trials`` does not cover (it only judges trials that have a heartbeat row)."""
-    import sqlalchemy
-
-    cutoff = datetime.datetime.now() - datetime.timedelta(seconds=HEARTBEAT_GRACE_S)
-    query = sqlalchemy.text(
-        "SELECT t.number FROM trials t JOIN studies s ON s.study_id = t.study_id "
-        "LEFT JOIN trial_heartbeats h ON h.trial_id = t.trial_id "
-        "WHERE s.study_name = :name AND t.state = 'RUNNING' AND h.trial_id IS NULL AND t.datetime_start < :cutoff")
-    with store.engine.connect() as connection:
-        numbers = [row[0] for row in connection.execute(query, {"name": study.study_name, "cutoff": cutoff})]
-    retry = store.get_heartbeat_stale_trial_callback()
-    for number in numbers:
-        study.tell(number, state=optuna.trial.TrialState.FAIL)
-        if retry is not None:
-            failed = next(t for t in study.get_trials(deepcopy=True) if t.number == number)
-            retry(study, failed)
+                          list(objectives), front, files, wall, run)
 
 
 def _fail_zombies(study) -> None:
-    """Fail RUNNING trials far older than any evaluation takes: a worker killed before its first heartbeat leaves
-    one that heartbeats cannot detect (and a journal storage has no heartbeats at all)."""
+    """Fail RUNNING trials far older than any evaluation takes: an older version's worker killed before its first
+    heartbeat left them (this version stores only finished or queued trials; a journal has no heartbeats)."""
     now = datetime.datetime.now()
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         if trial.datetime_start and (now - trial.datetime_start).total_seconds() > ZOMBIE_AGE_S:
@@ -301,37 +374,13 @@ def _any_proposal(problem: Problem) -> Proposal:
                                   (hw.level_bw_scale[0],) * _noc_levels(f.nocs[0])), Strategy(dp=f.n))
 
 
-def _check_same_problem(study, problem: Problem, space: str | None) -> None:
-    """A study keeps one problem: resuming it with other objectives or another scenario is refused."""
-    signature = {"objectives": list(problem.objectives), "scenario": problem.scenario.model_dump(mode="json"),
-                 "space": problem.space.name}
-    stored = study.user_attrs.get("problem")
-    if stored is None:
-        study.set_user_attr("problem", signature)
-    elif stored != signature:
-        raise UserInputError(
-            f"--study {study.study_name}: this study was created for {stored['objectives']} on space "
-            f"{stored['space']!r} with another scenario; use a new --study name"
-        )
-
-
 def _completed(study) -> int:
     return sum(1 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
-def _run_workers(problem, storage_url, study, space, sampler, seed, trials, workers, the_study, before, progress):
-    shares = [trials // workers + (1 if i < trials % workers else 0) for i in range(workers)]
-    args = [((storage_url, study, space, problem.scenario.model_dump_json(), list(problem.objectives), sampler,
-              None if seed is None else seed + i, share),) for i, share in enumerate(shares) if share]
-    report = (lambda: progress(_completed(the_study) - before, trials)) if progress else None
-    failed = [code for code in executor.run_spawned(_worker, args, report) if code]
-    if failed:
-        raise UserInputError(f"--workers: {len(failed)} worker(s) failed (exit codes {failed}); completed trials "
-                             "are kept in the study, re-run to finish")
-
-
 def study_points(storage: str, study: str) -> tuple[list[str], np.ndarray, int, float]:
-    """(objectives, values of thermally feasible completed trials, completed trials, wall seconds) of a study."""
+    """(objectives, every kept thermally feasible point — designs × schedules —, design-point evaluations spent,
+    wall seconds) of a study. A single-level trial counts one evaluation and keeps its own values."""
     store = open_storage(storage)
     try:
         the_study = optuna.load_study(study_name=study, storage=store)
@@ -341,9 +390,10 @@ def study_points(storage: str, study: str) -> tuple[list[str], np.ndarray, int, 
     objectives = problem.get("objectives")
     if not objectives:
         raise UserInputError(f"--study: {study!r} was not created by deepstack optimize")
+    record = StudyRecord.load(the_study, objectives)
     trials = the_study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    feasible = [t.values for t in trials if not any(c > 0 for c in (t.constraints or {}).values())]
     starts = [t.datetime_start for t in trials if t.datetime_start]
     ends = [t.datetime_complete for t in trials if t.datetime_complete]
     wall = (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
-    return objectives, np.array(feasible, dtype=float).reshape(-1, len(objectives)), len(trials), wall
+    values = np.array([[row[o] for o in objectives] for _, row in record.rows], dtype=float)
+    return objectives, values.reshape(-1, len(objectives)), record.evaluations, wall

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 
+from deepstack.errors import UserInputError
+from deepstack.jsonutil import finite
+from deepstack.schema import Scenario
 from deepstack.search import pareto
+from deepstack.search.files import write_text_atomically
+from deepstack.search.front_design import UNITS, enrich, header
 from deepstack.search.objectives import OBJECTIVES
+from deepstack.search.space import load_space
 
 
 def completed_trials(study) -> list:
@@ -43,20 +50,79 @@ def pareto_front(study, objectives: list[str]) -> list[dict]:
     return sorted(front, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
 
 
-def write_front(front: list[dict], study, objectives: list[str], out: Path, name: str) -> dict[str, str]:
+def _context(study, space) -> tuple[Scenario | None, dict]:
+    """The study's scenario and its space's SRAM options (to rebuild a row's design point), when known."""
+    problem = study.user_attrs.get("problem") or {}
+    try:
+        scenario = Scenario.model_validate(problem["scenario"]) if "scenario" in problem else None
+    except ValueError:
+        scenario = None
+    if space is None and problem.get("space"):
+        try:
+            space = load_space(problem["space"])
+        except UserInputError:  # a space file known by its name only: rows on its base SRAM still rebuild
+            space = None
+    options = {o.name: o.model_dump(mode="json") for o in space.hardware.sram} if space is not None else {}
+    return scenario, options
+
+
+def write_front(front: list[dict], study, objectives: list[str], out: Path, name: str, space=None) -> dict[str, str]:
+    """The front as CSV (units in the headers), JSON (with the scenario, SRAM options and units, so each row
+    reproduces with ``deepstack evaluate --design ID --front FILE``), an HTML plot and a static PNG. ``space`` is
+    the study's design space (its SRAM options); without it the space is loaded by the study's space name."""
     out.mkdir(parents=True, exist_ok=True)
     base = out / f"{name}.pareto"
     files = {"csv": str(base) + ".csv", "json": str(base) + ".json", "html": str(base) + ".html"}
-    with open(files["json"], "w") as fh:
-        json.dump({"study": name, "objectives": objectives, "pareto": front}, fh, indent=2, default=str)
-    columns = list(front[0]) if front else objectives
-    with open(files["csv"], "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=columns)
-        writer.writeheader()
-        for row in front:
-            writer.writerow({k: (json.dumps(v) if isinstance(v, list | dict) else v) for k, v in row.items()})
-    _plot(study, front, objectives, files["html"])
+    scenario, options = _context(study, space)
+    rows = enrich(front, scenario, options, files["csv"])
+    front[:] = rows  # the caller's rows (optimize's result and --json) carry the same ids
+    columns = list(dict.fromkeys(k for row in rows for k in row)) if rows else objectives
+    data = {"study": name, "objectives": objectives, "units": {c: UNITS[c] for c in columns if c in UNITS},
+            "scenario": scenario.model_dump(mode="json") if scenario else None, "sram_options": options,
+            "pareto": rows}
+    write_text_atomically(Path(files["json"]), json.dumps(finite(data), indent=2, default=str, allow_nan=False))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow([header(c) for c in columns])
+    for row in rows:
+        writer.writerow([json.dumps(v) if isinstance(v, list | dict) else v for v in (row.get(c, "") for c in columns)])
+    write_text_atomically(Path(files["csv"]), buffer.getvalue())
+    _plot(study, rows, objectives, files["html"])
+    png = _png(study, rows, objectives, str(base) + ".png")
+    if png:
+        files["png"] = png
     return files
+
+
+def _png(study, front: list[dict], objectives: list[str], path: str) -> str | None:
+    """A static picture of the front over every trial (for reports and for readers without a browser)."""
+    if len(objectives) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x_name, y_name = objectives[:2]
+    trials = [t for t in completed_trials(study) if t.values is not None]
+    fig, ax = plt.subplots(figsize=(7, 5))
+    ax.scatter([t.values[0] for t in trials], [t.values[1] for t in trials], s=10, c="lightgray", label="trials")
+    ordered = sorted(front, key=lambda r: r[x_name])
+    ax.plot([r[x_name] for r in ordered], [r[y_name] for r in ordered], "o-", c="tab:blue", label="Pareto front")
+    for r in ordered:
+        ax.annotate(r.get("id", ""), (r[x_name], r[y_name]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xlabel(header(x_name).replace("[", "(").replace("]", ")"))
+    ax.set_ylabel(header(y_name).replace("[", "(").replace("]", ")"))
+    ax.set_title(f"{study.study_name}: Pareto front ({len(front)} designs)")
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError:
+        return None
+    finally:
+        plt.close(fig)
+    return path
 
 
 def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:
@@ -71,8 +137,9 @@ def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:
         text=[json.dumps(t.user_attrs.get("design", {})) for t in trials]))
     fig.add_trace(go.Scatter(
         x=[r[x_name] for r in front], y=[r[y_name] for r in front], mode="markers+lines", name="Pareto front",
-        text=[f"{r.get('chip')}/{r.get('noc')} m{r.get('stacked_layers')}n{r.get('connected_layers')} "
+        text=[f"{r.get('id')}: {r.get('chip')}/{r.get('noc')} m{r.get('stacked_layers')}n{r.get('connected_layers')} "
               f"{r.get('schedule')}" for r in front]))
-    fig.update_layout(title=f"{study.study_name}: {x_name} vs {y_name}", xaxis_title=x_name, yaxis_title=y_name)
+    fig.update_layout(title=f"{study.study_name}: {x_name} vs {y_name}", xaxis_title=header(x_name),
+                      yaxis_title=header(y_name))
     with contextlib.suppress(OSError):
         fig.write_html(path, include_plotlyjs=True)  # self-contained: readable offline

@@ -107,9 +107,18 @@ def _allowed_keys(cls: type[BaseModel], loc: tuple) -> list[str] | None:
     return None
 
 
+SHOWN_ERRORS = 5  # a file's validation errors listed in the one line (the rest are counted)
+
+
 def describe_validation_error(cls: type[BaseModel], exc: ValidationError) -> str:
-    """One line naming the field and what is allowed."""
-    error = exc.errors(include_url=False)[0]
+    """One line naming each wrong field (up to :data:`SHOWN_ERRORS`, "; "-separated) and what is allowed."""
+    errors = exc.errors(include_url=False)
+    shown = "; ".join(_describe_one(cls, error) for error in errors[:SHOWN_ERRORS])
+    more = len(errors) - SHOWN_ERRORS
+    return shown + (f" (and {more} more error{'s' * (more > 1)})" if more > 0 else "")
+
+
+def _describe_one(cls: type[BaseModel], error: dict) -> str:
     loc = tuple(error.get("loc", ()))
     where = ".".join(str(p) for p in loc if not (isinstance(p, str) and p in ("3d-stacked", "hbm")))
     message = error.get("msg", "invalid").removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -122,8 +131,7 @@ def describe_validation_error(cls: type[BaseModel], exc: ValidationError) -> str
         shown = repr(error["input"])
         if len(shown) < 60:
             message += f" (got {shown})"
-    more = len(exc.errors()) - 1
-    return (f"{where}: " if where else "") + message + (f" (and {more} more error{'s' * (more > 1)})" if more else "")
+    return (f"{where}: " if where else "") + message
 
 
 def validate(cls: type[T], data: Any, origin: str = "") -> T:

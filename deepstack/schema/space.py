@@ -32,12 +32,15 @@ class ScenarioAxes(Frozen):
 
     @model_validator(mode="after")
     def _positive(self) -> ScenarioAxes:
+        problems = []  # every problem at once: a file with three mistakes needs one round trip, not three
         if any(b < 1 for b in self.batches):
-            raise ValueError("batches must be ≥ 1")
+            problems.append("batches must be ≥ 1")
         if any(i < 1 or o < 1 for i, o in self.sequence_lengths):
-            raise ValueError("sequence lengths must be ≥ 1")
+            problems.append("sequence lengths must be ≥ 1")
         if self.ambient_c is not None and self.max_temp_c is not None and self.ambient_c >= self.max_temp_c:
-            raise ValueError("ambient_c must be below max_temp_c")
+            problems.append("ambient_c must be below max_temp_c")
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 
@@ -53,14 +56,17 @@ class HardwareAxes(Frozen):
     @model_validator(mode="after")
     def _ranges(self) -> HardwareAxes:
         names = [option.name for option in self.sram]
+        problems = []  # every problem at once, as in ScenarioAxes
         if len(set(names)) != len(names):
-            raise ValueError("sram option names must be unique")
+            problems.append("sram option names must be unique")
         if any(not 1 <= m <= MAX_STACKED_LAYERS for m in self.stacked_layers):
-            raise ValueError(f"stacked_layers must be in 1..{MAX_STACKED_LAYERS}")
+            problems.append(f"stacked_layers must be in 1..{MAX_STACKED_LAYERS}")
         if self.connected_layers != "all" and any(not 1 <= n <= MAX_STACKED_LAYERS for n in self.connected_layers):
-            raise ValueError(f"connected_layers must be in 1..{MAX_STACKED_LAYERS} or \"all\"")
+            problems.append(f"connected_layers must be in 1..{MAX_STACKED_LAYERS} or \"all\"")
         if any(s <= 0 for s in (*self.hop_latency_scale, *self.level_bw_scale)):
-            raise ValueError("scales must be > 0")
+            problems.append("scales must be > 0")
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 

@@ -54,6 +54,9 @@ class SweepResult:
     objectives: list[str]
     pareto: list[dict]
     tiers: list[dict]
+    read_back: int = 0  # of ``evaluations``, rows an earlier (interrupted) run evaluated and this one read back
+    timeline: list | None = None  # chunks in points.csv order: [tier, rows, finished_s or None if read back]
+    with_ttft: bool = True  # False: ttft_s was not computed (no ttft objective) and is left out of the files
 
 
 def _hop_points(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
@@ -120,7 +123,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
                               "scenario": scenario.model_dump(mode="json"), "objectives": objectives,
                               "ttft": with_ttft}, sort_keys=True)
     log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
-    started = time.perf_counter()
+    started = log.started = time.perf_counter()
     with executor.chunk_runner(backend, workers, scheduler) as run_chunks:
         return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
                             started)
@@ -128,8 +131,13 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
                  started) -> SweepResult:
+    read_back = {}
+
     def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
-        return run_tier(name, tasks(points), log, run_chunks)
+        before = log.read_back
+        rows = run_tier(name, tasks(points), log, run_chunks)
+        read_back[name] = log.read_back - before
+        return rows
 
     def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
         return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft)
@@ -139,25 +147,28 @@ def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_
     if mode == "exhaustive":
         points = all_points(design_space)
         rows = _tier("all", points)
-        tiers.append({"tier": "all", "hardware_points": len(points), "evaluations": len(rows)})
+        tiers.append({"tier": "all", "hardware_points": len(points), "evaluations": len(rows),
+                      "read_back": read_back["all"]})
     else:
         tier1 = base_points(design_space)
         rows = _tier("tier1", tier1)
         tiers.append({"tier": "1: chip × NoC × stacking × SRAM", "hardware_points": len(tier1),
-                      "evaluations": len(rows)})
+                      "evaluations": len(rows), "read_back": read_back["tier1"]})
         promoted = _promote(rows, objectives[0])
         tier2 = _hop_points(design_space, promoted)
         rows2 = _tier("tier2", tier2)
-        tiers.append({"tier": "2: hop latency", "hardware_points": len(tier2), "evaluations": len(rows2)})
+        tiers.append({"tier": "2: hop latency", "hardware_points": len(tier2), "evaluations": len(rows2),
+                      "read_back": read_back["tier2"]})
         rows += rows2
         promoted = _promote(rows, objectives[0])
         tier3 = _bw_points(design_space, promoted)
         rows3 = _tier("tier3", tier3)
-        tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3)})
+        tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3),
+                      "read_back": read_back["tier3"]})
         rows += rows3
     wall = time.perf_counter() - started
     front = output.front(rows, objectives)
     result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers), wall, out, objectives, front,
-                         tiers)
+                         tiers, log.read_back, log.timeline, with_ttft)
     output.write(result, rows, scenario, design_space)
     return result

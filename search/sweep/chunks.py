@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +28,11 @@ class ChunkLog:
     re-run resumes after the last finished chunk and never evaluates a finished one twice."""
 
     def __init__(self, out: Path, fingerprint: str):
+        self.started = time.perf_counter()
+        # every chunk of the sweep in points.csv order: [tier, rows, seconds after the start when it finished, or
+        # None when it was read back from an earlier run] (for ``compare``'s front at equal wall time)
+        self.timeline: list[list] = []
+        self.read_back = 0  # rows of chunks finished by an earlier run and read back, not evaluated by this one
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
         stamp = out / "sweep.json"
@@ -61,6 +67,7 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: dict[int, list[dict]] = {}
+    finished: dict[int, float] = {}
     todo = []
     for index in range(len(chunks)):
         rows = log.load(tier, index)
@@ -68,12 +75,15 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
             todo.append(index)
         else:
             results[index] = rows
+            log.read_back += len(rows)
 
     def done(index: int, chunk: tuple[list[dict], str]) -> None:
         rows, lines = chunk
         log.save(tier, index, lines)
         results[index] = rows
+        finished[index] = time.perf_counter() - log.started
 
     if todo:
         run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
+    log.timeline += [[tier, len(results[index]), finished.get(index)] for index in range(len(chunks))]
     return [row for index in range(len(chunks)) for row in results[index]]

@@ -52,7 +52,10 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
     """Write a finished sweep's files into ``result.out`` (a :class:`~deepstack.search.sweep.SweepResult`)."""
     out = Path(result.out)
     out.mkdir(parents=True, exist_ok=True)
-    columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *METRIC_COLUMNS]
+    # ttft_s is computed only when an objective needs it (a decode sweep would otherwise time a prefill per
+    # schedule): without it the column is left out rather than filled with NaN
+    metrics = [c for c in METRIC_COLUMNS if c != "ttft_s" or getattr(result, "with_ttft", True)]
+    columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *metrics]
     for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
         names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
         with open(out / name, "w", newline="") as fh:
@@ -63,6 +66,11 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
                "wall_s": result.wall_s, "objectives": result.objectives, "tiers": result.tiers,
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
                    "model": scenario.model.name}}
+    read_back = getattr(result, "read_back", 0)
+    summary |= {"evaluated_now": result.evaluations - read_back, "read_back": read_back,
+                "space_definition": space.model_dump(mode="json"), "chunks": getattr(result, "timeline", None)}
+    if not getattr(result, "with_ttft", True):
+        summary["not_computed"] = {"ttft_s": "no ttft objective: add ttft to --objective to time each prefill"}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     (out / "pareto.json").write_text(json.dumps(finite({"objectives": result.objectives, "pareto": result.pareto}),
                                                 indent=2, default=str, allow_nan=False))

@@ -79,11 +79,12 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     evaluated = evaluate_schedules(point, [strategy.to_schedule() for strategy in strategies],
                                    with_ttft=task.with_ttft)
     hardware = hw.as_dict()
+    columns = [k for k in METRIC_COLUMNS if task.with_ttft or k != "ttft_s"]  # untimed TTFT: no NaN column
     rows = []
     for strategy, (_, report) in zip(strategies, evaluated, strict=True):
         metrics = report.metrics
         rows.append({**hardware, "schedule": strategy.label, "fsdp": strategy.fsdp,
-                     "feasible": report.feasible, **{k: metrics[k] for k in METRIC_COLUMNS if k in metrics}})
+                     "feasible": report.feasible, **{k: metrics[k] for k in columns if k in metrics}})
     return rows
 
 

@@ -1,0 +1,152 @@
+"""The batched ask/tell loop of ``deepstack optimize`` (without Optuna: the study and its in-memory mirror are
+:class:`deepstack.search.optimize.Mirror`'s, the one module importing Optuna).
+
+Per batch: mirror the trials other processes added, ask a batch of proposals on the mirror (no storage round
+trip), repair them with CP-SAT, solve their hardware points on the worker pool, tell the mirror and write the
+batch's trials to the persistent study in one call (one transaction on an RDB); after the batch, the hypervolume
+and the study's user attributes. A SIGINT/SIGTERM during the evaluation queues the batch's proposals in the
+persistent study.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from deepstack.models.parallel.strategies import Strategy
+from deepstack.search import bilevel, executor
+from deepstack.search.feasibility import Proposal
+from deepstack.search.space import HardwarePoint
+from deepstack.search.study_record import COUNTS, StudyRecord
+
+QUEUED_EXACT = ("warm_start", "retry_of", "requeued")  # queued trials solved exactly (their user attributes)
+# where a run's time goes (run["timing_s"]): per batch, the sampler (on the in-memory mirror), CP-SAT repair, the
+# inner solves, the storage (reading other processes' trials, one write per batch, the study's attributes) and the
+# hypervolume; once, the study's set-up and the front files
+PHASES = ("ask", "repair", "evaluate", "store", "bookkeeping", "setup", "front")
+
+
+def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until_stall: int | None, progress, log,
+        stops, inner: str) -> dict:
+    """Ask a batch on the mirror, solve the hardware points (in the pool), tell the mirror
+    and write the batch to the persistent study in one call; until ``trials`` trials are told, the hypervolume
+    stalls or a signal comes."""
+    objectives = list(problem.objectives)
+    tick = time.perf_counter()
+    record = StudyRecord.load(the_study, objectives)
+    run = {"told": 0, "interrupted": None, "requeued": [], "stalled": False, **{k: 0 for k in COUNTS}}
+    clock = run["timing_s"] = {phase: 0.0 for phase in PHASES}
+    tick = _lap(clock, "store", tick)
+    mirror.refresh()
+    for params in bilevel.warm_start(problem):  # the catalog's named designs first (on the mirror only)
+        if not record.has_params(params):
+            mirror.enqueue(params, {"warm_start": True})
+    with executor.chunk_runner("local", workers) as run_chunks:
+        while run["told"] < trials and not stops.stopped:
+            size = min(batch, trials - run["told"])
+            tick = time.perf_counter()
+            mirror.refresh()
+            tick = _lap(clock, "store", tick)
+            asked = mirror.ask(size)
+            proposals = [_suggest(trial, problem) for trial in asked]
+            tick = _lap(clock, "ask", tick)
+            tasks = []
+            for trial, proposal in zip(asked, proposals, strict=True):
+                hardware = problem.feasibility.repair(proposal).hardware
+                queued = trial._trial_id in mirror.queued or "requeued" in trial.user_attrs
+                exact = inner == "exact" or not record.elite or queued or any(
+                    k in trial.user_attrs for k in QUEUED_EXACT)
+                tasks.append(bilevel.InnerTask(problem, hardware, None if exact else record.elite))
+            tick = _lap(clock, "repair", tick)
+            try:
+                with stops.evaluating():
+                    results = _solve(run_chunks, tasks, workers)
+                tick = _lap(clock, "evaluate", tick)
+            except KeyboardInterrupt:
+                run["interrupted"] = stops.name or "SIGINT"
+                run["requeued"] = mirror.requeue(asked, run["interrupted"])
+                break
+            told = [_tell(mirror, *job, record, run) for job in zip(asked, proposals, tasks, results, strict=True)]
+            for number, (result, task) in zip(mirror.write(asked), told, strict=True):  # one storage write
+                record.count(result, number, task)
+            tick = _lap(clock, "store", tick)
+            hv = record.progress.record(mirror.completed, record.evaluations)
+            tick = _lap(clock, "bookkeeping", tick)
+            record.save(the_study)
+            clock["store"] += time.perf_counter() - tick
+            if progress:
+                progress(run["told"], trials)
+            if log:
+                log(f"trials {mirror.completed}: hypervolume {hv:.6g}, {record.evaluations} evaluations, "
+                    f"front {len(record.front_rows())} designs × schedules")
+            if until_stall and record.progress.stalled(until_stall):
+                run["stalled"] = True
+                break
+    if stops.stopped and not run["interrupted"]:
+        run["interrupted"] = stops.name
+    return run
+
+
+def _tell(mirror, trial, proposal, task, result, record: StudyRecord, run: dict) -> tuple:
+    """Record a trial's attributes (its design, the point's Pareto set of schedules, what it cost) on the mirror
+    and tell it there; returns (result, task or None: what ``record.count`` keeps once the trial is stored)."""
+    repaired = task.hardware != proposal.hardware
+    solve = {"inner": "exact" if task.only is None else "screen", "evaluations": result.evaluations,
+             "evaluation_s": result.evaluation_s, "repaired": repaired}
+    run["repaired"] += repaired
+    run["told"] += 1
+    if result.representative is None:  # no PE or no schedule fits: nothing to tell but the failure
+        trial.set_user_attr("solve", {**solve, "infeasible": True})
+        run["infeasible"] += 1
+        mirror.tell(trial, None)
+        return result, None
+    best = result.representative
+    trial.set_user_attr("solve", solve)
+    trial.set_user_attr("design", {**task.hardware.as_dict(), "schedule": best["schedule"], "fsdp": best["fsdp"]})
+    trial.set_user_attr("pareto_schedules", [bilevel.front_row(r, record.objectives) for r in result.front])
+    trial.set_user_attr("report", _jsonable(result.report))
+    trial.set_constraint("thermal_c_over_limit", result.over_limit_c)
+    run["over_thermal_limit"] += result.over_limit_c > 0
+    mirror.tell(trial, bilevel.values(best, record.objectives))
+    return result, task
+
+
+def _suggest(trial, problem) -> Proposal:
+    """The hardware point a trial proposes (the schedule is solved inside the trial, :mod:`.bilevel`)."""
+    f = problem.feasibility
+    hw = problem.space.hardware
+    chip = trial.suggest_categorical("chip", f.chips)
+    noc = trial.suggest_categorical("noc", f.nocs)
+    m = trial.suggest_categorical("stacked_layers", [str(v) for v in f.stacked])
+    n = trial.suggest_int("connected_layers", 1, max(f.stacked))
+    sram = trial.suggest_categorical("sram", f.srams)
+    hop = trial.suggest_categorical("hop_latency_scale", [f"{v:g}" for v in hw.hop_latency_scale])
+    bws = tuple(float(trial.suggest_categorical(f"bw_scale_L{i + 1}", [f"{v:g}" for v in hw.level_bw_scale]))
+                for i in range(f.levels))
+    point = HardwarePoint(chip, noc, int(m), n, sram, float(hop), bws[:_noc_levels(noc)])
+    return Proposal(point, Strategy(dp=f.n))
+
+
+def _noc_levels(noc: str) -> int:
+    from deepstack import catalog
+
+    return len(catalog.load("nocs", noc).levels)
+
+
+def _lap(clock: dict, phase: str, since: float) -> float:
+    now = time.perf_counter()
+    clock[phase] += now - since
+    return now
+
+
+def _solve(run_chunks, tasks: list, workers: int) -> list:
+    """The batch's inner problems, on the pool (one chunk per worker) or here."""
+    share = -(-len(tasks) // max(1, workers))
+    chunks = [(i, tasks[i * share:(i + 1) * share]) for i in range(-(-len(tasks) // share))]
+    out: dict[int, list] = {}
+    run_chunks(bilevel.solve_chunk, chunks, lambda index, results: out.__setitem__(index, results))
+    return [result for index in sorted(out) for result in out[index]]
+
+
+def _jsonable(data):
+    return json.loads(json.dumps(data, default=str, allow_nan=True).replace("NaN", "null"))

@@ -1,0 +1,119 @@
+"""A front row an architect can read and reproduce: every row of a study's Pareto files gets a short design id,
+the PEs per device its chip resolves to, and the command that evaluates it again
+(``deepstack evaluate --design ID --front FILE``); :func:`design_point_of` rebuilds the design point from the
+row and the file's scenario, so that command prints the row's numbers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+from deepstack import catalog
+from deepstack.errors import UserInputError
+from deepstack.models.design import DesignPoint
+from deepstack.schema import Scenario, Schedule
+from deepstack.schema.space import SramOption
+from deepstack.search.space import scaled_network
+
+# the unit of each front column, for the CSV headers, the table and the JSON's "units"
+UNITS = {"stps": "tokens/s", "utps": "tokens/s per user", "tokens_per_joule": "tokens/J", "ttft_s": "s",
+         "ttft": "s", "power_w": "W", "temperature_c": "°C", "power_density_W_per_mm2": "W/mm²",
+         "memory_gib": "GiB", "pes_per_device": "PEs", "frequency_ghz": "GHz", "hop_latency_scale": "×",
+         "level_bw_scales": "× per level, innermost first"}
+DESIGN_KEYS = ("chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale", "level_bw_scales",
+               "schedule")
+
+
+def _noc_name(noc: str) -> str:
+    return Path(noc).stem if str(noc).endswith((".toml", ".yaml", ".yml", ".json")) else str(noc)
+
+
+def design_id(row: dict) -> str:
+    """A short id of the design (hardware point + schedule), the same wherever the row is written: ``d`` and ten
+    hex digits of a SHA-256 over the design's fields (the NoC by its name, not its file's folder)."""
+    design = [_noc_name(row.get(k)) if k == "noc" else row.get(k) for k in DESIGN_KEYS]
+    return "d" + hashlib.sha256(json.dumps(design, default=float).encode()).hexdigest()[:10]
+
+
+def sram_option(options: dict, name: str) -> SramOption | None:
+    """The row's SRAM option as the evaluator takes it (None: the chip's own SRAM)."""
+    if name not in options:
+        if name == "base":
+            return None
+        raise UserInputError(f"--front: the file does not define SRAM option {name!r} (written by an older deepstack?)")
+    option = SramOption.model_validate(options[name])
+    plain = option.name == "base" and option.l1_KiB is None and option.l2_MiB is None and option.l1_bw_scale == 1.0
+    return None if plain else option
+
+
+def design_point_of(scenario: Scenario, options: dict, row: dict) -> DesignPoint:
+    """The design point of a front row (its hardware axes and schedule) for ``scenario``."""
+    bws = row.get("level_bw_scales") or []
+    if isinstance(bws, str):
+        bws = json.loads(bws)
+    return DesignPoint(chip=catalog.load("chips", row["chip"]), scenario=scenario,
+                       schedule=Schedule.parse(row["schedule"]),
+                       network=scaled_network(row["noc"], float(row["hop_latency_scale"]), tuple(map(float, bws))),
+                       stacked_layers=_int(row.get("stacked_layers")),
+                       connected_layers=_int(row.get("connected_layers")),
+                       sram=sram_option(options, row["sram"]))
+
+
+def _int(value) -> int | None:
+    return None if value in (None, "", "None") else int(value)
+
+
+def enrich(rows: list[dict], scenario: Scenario | None, options: dict, front_file: str) -> list[dict]:
+    """Each row with its ``id`` first, ``pes_per_device`` (the area model's PE count for its chip, stacking, SRAM
+    and NoC) and the ``command`` that reproduces it; NaN metrics (e.g. an untimed TTFT) are dropped."""
+    from deepstack.models.hardware.device import resolve_device
+
+    out = []
+    for row in rows:
+        extra = {"id": design_id(row)}
+        try:
+            point = design_point_of(scenario, options, row) if scenario is not None else None
+            if point is not None:
+                extra["pes_per_device"] = resolve_device(point.chip, point.stacked_layers, point.connected_layers,
+                                                         point.network, point.sram).pes
+        except (UserInputError, KeyError, ValueError):
+            pass
+        extra["command"] = f"deepstack evaluate --design {extra['id']} --front {front_file}"
+        clean = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
+        out.append({**extra, **clean})
+    return out
+
+
+def header(column: str) -> str:
+    """A CSV header with its unit, e.g. ``stps [tokens/s]``."""
+    unit = UNITS.get(column)
+    return f"{column} [{unit}]" if unit else column
+
+
+def load_front(path: str) -> dict:
+    """A study's ``<name>.pareto.json`` (given it, or the ``.csv`` beside it)."""
+    file = Path(path)
+    if file.suffix == ".csv":
+        file = file.with_suffix(".json")
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserInputError(f"--front: cannot read {file} ({exc.__class__.__name__}); give the .pareto.csv or "
+                             ".pareto.json that optimize wrote") from None
+    if not isinstance(data, dict) or "pareto" not in data or "scenario" not in data:
+        raise UserInputError(f"--front: {file} is not a study front written by deepstack optimize (no scenario)")
+    return data
+
+
+def front_design(path: str, wanted: str) -> tuple[DesignPoint, dict]:
+    """The design point of row ``wanted`` (its id) of a front file, and the row."""
+    data = load_front(path)
+    rows = data["pareto"]
+    row = next((r for r in rows if r.get("id") == wanted), None)
+    if row is None:
+        ids = ", ".join(r.get("id", "?") for r in rows[:8])
+        raise UserInputError(f"--design: no row {wanted!r} in {path}; its ids: {ids}{' …' if len(rows) > 8 else ''}")
+    scenario = Scenario.model_validate(data["scenario"])
+    return design_point_of(scenario, data.get("sram_options", {}), row), row

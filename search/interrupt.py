@@ -1,0 +1,61 @@
+"""SIGINT / SIGTERM during a search: end the run cleanly instead of wherever the signal lands.
+
+:class:`Interrupts` replaces both handlers while a run lasts. A signal that arrives while the run evaluates (inside
+:meth:`Interrupts.evaluating`) stops the evaluation at once (``KeyboardInterrupt`` there, which the run turns into
+"the batch was interrupted"); one that arrives while the run talks to its storage only sets :attr:`signal`, so a
+commit is never cut in half, and the run stops at its next check. The previous handlers come back afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+EXIT_STATUS = 130  # the shell's status for a run ended by Ctrl-C (128 + SIGINT)
+
+
+class Interrupts:
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        self._evaluating = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():  # handlers can only be set there
+            for sig in SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, _frame) -> None:
+        first = self.signal is None
+        self.signal = signum
+        if self._evaluating and first:
+            self._evaluating = False
+            raise KeyboardInterrupt
+
+    @property
+    def stopped(self) -> bool:
+        return self.signal is not None
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """A span a signal may cut short (raises KeyboardInterrupt inside it, once)."""
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self._evaluating = True
+        try:
+            yield
+        finally:
+            self._evaluating = False
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signal).name if self.signal else ""

@@ -1,0 +1,146 @@
+"""What a bi-level study has found, rebuilt from its trials: every kept design × schedule, the elite schedules,
+the evaluations spent and the hypervolume history (:mod:`deepstack.search.optimize` runs the trials; this module
+reads and writes the study only through its methods, so Optuna stays imported there alone)."""
+
+from __future__ import annotations
+
+import collections
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from deepstack.errors import UserInputError
+from deepstack.search import pareto
+from deepstack.search.bilevel import values
+from deepstack.search.hypervolume import Progress
+from deepstack.search.objectives import OBJECTIVES
+
+COUNTS = ("repaired", "infeasible", "over_thermal_limit")
+ELITE_SIZE = 8  # schedules a screened trial tries: the most frequent on the exactly solved points' Pareto sets
+
+
+@dataclass
+class StudyRecord:
+    objectives: list[str]
+    progress: Progress
+    rows: list[tuple[int, dict]] = field(default_factory=list)  # (trial, kept row with its design)
+    labels: collections.Counter = field(default_factory=collections.Counter)
+    evaluations: int = 0
+    params: set = field(default_factory=set)
+
+    @classmethod
+    def load(cls, study, objectives: list[str]) -> StudyRecord:
+        stored = study.user_attrs.get("hypervolume") or {}
+        record = cls(objectives, Progress(objectives, stored.get("reference"), list(stored.get("history", []))))
+        for t in study.get_trials(deepcopy=False):
+            record.params.add(_key(t.params))
+            if t.state.name not in ("COMPLETE", "FAIL"):
+                continue
+            solve = trial_solve(t)
+            record.evaluations += int(solve.get("evaluations", 1 if t.state.name == "COMPLETE" else 0))
+            feasible = not any(c > 0 for c in (t.constraints or {}).values())
+            if t.state.name != "COMPLETE" or not feasible:
+                continue
+            design = t.user_attrs.get("design", {})
+            kept = t.user_attrs.get("pareto_schedules")
+            if kept is None:  # a trial of an older, single-level study: its own values only
+                kept = [{**{o: v for o, v in zip(objectives, t.values, strict=True)}, **design}]
+            record._add(t.number, design, kept, solve.get("inner") == "exact")
+        return record
+
+    def _add(self, number: int, design: dict, kept: list[dict], exact: bool) -> None:
+        hardware = {k: v for k, v in design.items() if k not in ("schedule", "fsdp")}
+        for row in kept:
+            self.rows.append((number, {**hardware, **row}))
+        self.progress.add([[row[o] for o in self.objectives] for row in kept])
+        if exact:
+            self.labels.update(row["schedule"] for row in kept)
+
+    def has_params(self, params: dict) -> bool:
+        return _key(params) in self.params
+
+    def count(self, result, number: int, task) -> None:
+        """Add a told trial: its evaluations, and its kept schedules (with the hardware point's design)."""
+        self.evaluations += result.evaluations
+        if task is None or not result.front or result.over_limit_c > 0:
+            return
+        from deepstack.search.bilevel import front_row
+
+        kept = [front_row(r, self.objectives) for r in result.front]
+        self._add(number, task.hardware.as_dict(), kept, task.only is None)
+
+    @property
+    def elite(self) -> tuple[str, ...]:
+        ranked = sorted(self.labels.items(), key=lambda item: (-item[1], item[0]))
+        return tuple(label for label, _ in ranked[:ELITE_SIZE])
+
+    def front_rows(self) -> list[dict]:
+        """The study's front over designs × schedules: kept rows no other dominates, one per design."""
+        if not self.rows:
+            return []
+        v = np.array([[row[o] for o in self.objectives] for _, row in self.rows], dtype=float)
+        mask = pareto.nondominated_mask(v, self.objectives)
+        front, seen = [], set()
+        for (number, row), keep in zip(self.rows, mask, strict=True):
+            key = json.dumps(row, sort_keys=True, default=str)
+            if keep and key not in seen:
+                seen.add(key)
+                front.append({**{o: row[o] for o in self.objectives}, "trial": number,
+                              **{k: v for k, v in row.items() if k not in self.objectives}})
+        first = self.objectives[0]
+        return sorted(front, key=lambda r: r[first], reverse=OBJECTIVES[first][1])
+
+    def on_front(self, number: int) -> bool:
+        return any(row["trial"] == number for row in self.front_rows())
+
+    def save(self, study) -> None:
+        """The hypervolume history and the evaluations spent, as study user attributes (the dashboard shows
+        them)."""
+        study.set_user_attr("hypervolume", {"reference": self.progress.reference, "history": self.progress.history,
+                                            "note": "[completed trials, design-point evaluations, hypervolume]"})
+        study.set_user_attr("evaluations", self.evaluations)
+
+
+def _key(params: dict) -> str:
+    return json.dumps(params, sort_keys=True, default=str)
+
+
+SOLVE_KEYS = ("inner", "evaluations", "evaluation_s", "repaired", "infeasible")
+
+
+def trial_solve(trial) -> dict:
+    """How a trial was solved (user attribute ``solve``: ``inner`` exact or screen, ``evaluations`` design points
+    evaluated, ``evaluation_s``, ``repaired``, ``infeasible``); a trial of an earlier version kept them as separate
+    attributes, and a single-level trial has none."""
+    attrs = trial.user_attrs
+    return attrs["solve"] if "solve" in attrs else {k: attrs[k] for k in SOLVE_KEYS if k in attrs}
+
+
+def study_counts(study) -> dict[str, int]:
+    """The study's repaired and infeasible proposals and its completed trials over the thermal limit."""
+    trials = study.get_trials(deepcopy=False)
+    solves = [trial_solve(t) for t in trials]
+    return {"repaired": sum(bool(s.get("repaired")) for s in solves),
+            "infeasible": sum(bool(s.get("infeasible")) for s in solves),
+            "over_thermal_limit": sum(t.state.name == "COMPLETE" and any(c > 0 for c in (t.constraints or {}).values())
+                                      for t in trials)}
+
+
+def check_same_problem(study, problem) -> None:
+    """A study keeps one problem: resuming it with other objectives or another scenario is refused."""
+    signature = {"objectives": list(problem.objectives), "scenario": problem.scenario.model_dump(mode="json"),
+                 "space": problem.space.name}
+    stored = study.user_attrs.get("problem")
+    if stored is None:
+        study.set_user_attr("problem", signature)
+    elif stored != signature:
+        what = {"objectives": f"objectives {stored.get('objectives')} (asked: {list(problem.objectives)})",
+                "space": f"space {stored.get('space')!r} (asked: {problem.space.name!r})",
+                "scenario": "another scenario (model, phase, batch, lengths, precision or cooling)"}
+        differs = [text for key, text in what.items() if stored.get(key) != signature[key]]
+        raise UserInputError(f"--study {study.study_name}: this study was created for {'; '.join(differs)}; "
+                             "use a new --study name or the study's own settings")
+
+
+__all__ = ["COUNTS", "StudyRecord", "check_same_problem", "study_counts", "trial_solve", "values"]

@@ -1,0 +1,75 @@
+"""A front a person can read (issue 20): units in the headers, PEs per device, power density and temperature
+columns, a static PNG beside the HTML, and every row reproducible with one command, `deepstack evaluate --design
+ID --front FILE`, which prints the row's numbers (search/study_front.py, search/front_design.py)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from conftest import assert_user_error, run_in_process, write_space
+
+from deepstack.search.front_design import design_id
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("front")
+    write_space(cwd / "tiny.toml", chips=("standard",), hops=(1.0, 2.0))
+    run = run_in_process("optimize", "--space", "tiny.toml", "--trials", "8", "--study", "f", "--storage",
+                         "sqlite:///f.db", "--seed", "3", "--json", cwd=cwd)
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = run_in_process("optimize", "--space", "tiny.toml", "--trials", "0", "--study", "f", "--storage",
+                          "sqlite:///f.db", "--seed", "3", cwd=cwd)
+    with open(cwd / "studies" / "f.pareto.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    return {"cwd": cwd, "out": json.loads(run.stdout), "text": text,
+            "json": json.loads((cwd / "studies" / "f.pareto.json").read_text()), "csv": rows}
+
+
+def test_headers_carry_units_and_the_readable_columns(study):
+    header = study["csv"][0]
+    for column in ("stps [tokens/s]", "tokens_per_joule [tokens/J]", "power_density_W_per_mm2 [W/mm²]",
+                   "temperature_c [°C]", "pes_per_device [PEs]", "id", "command"):
+        assert column in header, (column, header)
+    assert "ttft_s [s]" not in header  # not timed by a decode study: left out, never a NaN column
+    saved = study["json"]
+    assert saved["units"]["stps"] == "tokens/s" and saved["units"]["temperature_c"] == "°C"
+    assert saved["scenario"]["batch"] == 64
+    for row in saved["pareto"]:
+        assert row["pes_per_device"] > 0 and row["temperature_c"] > 25 and row["power_density_W_per_mm2"] > 0
+        assert row["id"] == design_id(row)
+    assert [r["id"] for r in study["out"]["pareto"]] == [r["id"] for r in saved["pareto"]]
+    text = study["text"].stdout
+    assert "stps (tokens/s)" in text and "PEs/device" in text and "W/mm²" in text and "°C" in text
+
+
+def test_a_static_png_sits_beside_the_html(study):
+    folder = study["cwd"] / "studies"
+    assert (folder / "f.pareto.html").is_file()
+    png = folder / "f.pareto.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert study["out"]["files"]["png"] == "studies/f.pareto.png"
+
+
+def test_every_row_reproduces_with_its_id(study):
+    """`deepstack evaluate --design ID --front studies/f.pareto.csv` prints the row's numbers, for every row."""
+    for row in study["json"]["pareto"]:
+        again = run_in_process("evaluate", "--design", row["id"], "--front", "studies/f.pareto.csv", "--json",
+                               cwd=study["cwd"])
+        assert again.returncode == 0, again.stderr[-2000:]
+        report = json.loads(again.stdout)
+        metrics = report["metrics"]
+        for key in ("stps", "tokens_per_joule", "power_w", "temperature_c", "power_density_W_per_mm2"):
+            assert metrics[key] == pytest.approx(row[key], rel=1e-9), (row["id"], key)
+        assert report["hardware"]["pes_per_device"] == row["pes_per_device"]
+        assert report["schedule"]["text"].replace(" ", "") .startswith(row["schedule"].split(",")[0])
+        assert row["command"] == f"deepstack evaluate --design {row['id']} --front studies/f.pareto.csv"
+
+
+def test_design_errors_are_one_line(study, cli):
+    front = str(study["cwd"] / "studies" / "f.pareto.csv")
+    assert_user_error(cli("evaluate", "--design", "dnope", "--front", front), "--design", "no row 'dnope'")
+    assert_user_error(cli("evaluate", "--design", "dnope"), "--design and --front go together")
+    assert_user_error(cli("evaluate", "--design", "d1", "--front", str(study["cwd"] / "missing.csv")), "--front")

@@ -1,0 +1,164 @@
+"""Issue 20, "Interruptions" and optimize's loose ends: a real SIGINT (and SIGTERM) to a real ``deepstack optimize``
+process ends it cleanly (exit 130, no traceback, the output says what was kept); the interrupted batch's proposals
+are queued (WAITING, with their parameters), so the next run retries them first; ``--until-stall``; error messages.
+
+The interrupted runs use the default space (a trial evaluates for a good part of a second, so the signal lands
+during an evaluation); the readiness signal is the SQLite file gaining a COMPLETE trial, polled, never slept out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from conftest import assert_user_error, run_in_process
+
+
+def _console_script() -> str:
+    beside = Path(sys.executable).parent / "deepstack"
+    exe = str(beside) if beside.exists() else shutil.which("deepstack")
+    assert exe, "the deepstack console script is not installed"
+    return exe
+
+
+def _complete(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=5) as connection:
+            return connection.execute("SELECT COUNT(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+    except sqlite3.OperationalError:  # tables not created yet
+        return 0
+
+
+def _interrupt(cwd: Path, sig: int) -> subprocess.CompletedProcess:
+    """Start a long default-space study; once a COMPLETE trial is in the file, send ``sig``."""
+    args = [_console_script(), "optimize", "--trials", "1000", "--study", "i", "--storage", "sqlite:///i.db"]
+    process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300  # readiness guard only: a healthy run gets there in seconds
+    while _complete(cwd / "i.db") < 1:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    process.send_signal(sig)
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(args, process.returncode, out, err)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_ends_optimize_cleanly_and_the_next_run_retries_the_interrupted_trials(tmp_path, sig):
+    done = _interrupt(tmp_path, sig)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr and "no feasible" not in done.stderr + done.stdout, done.stderr
+    name = signal.Signals(sig).name
+    assert f"interrupted by {name}" in done.stdout and "completed trials kept" in done.stdout, done.stdout
+    assert "Pareto front" in done.stdout  # the front of what was kept is still printed and written
+    assert (tmp_path / "studies" / "i.pareto.csv").is_file()
+
+    url = f"sqlite:///{tmp_path / 'i.db'}"
+    trials = optuna.load_study(study_name="i", storage=url).get_trials()
+    # the sampler ran on an in-memory mirror: the stored study never holds a RUNNING trial
+    assert not [t for t in trials if t.state.name == "RUNNING"]
+    waiting = [t for t in trials if t.state.name == "WAITING"]
+    kept = sum(t.state.name == "COMPLETE" for t in trials)
+    assert kept >= 1 and f"{kept} completed trials kept" in done.stdout
+    # the interrupted batch's proposals are queued with their parameters (a signal between two batches leaves
+    # none), and the output names them
+    assert f"queued as trial(s) {[t.number for t in waiting]}" in done.stdout, done.stdout
+    for t in waiting:
+        assert t.user_attrs.get("requeued") == name or t.user_attrs.get("warm_start"), t.user_attrs
+        assert set(t.system_attrs["fixed_params"]) >= {"chip", "noc", "stacked_layers", "connected_layers"}
+
+    # the next run takes the queued trials first and completes them with the same parameters (stored a batch per write):
+    # the completed copy names the queued trial, which is then marked FAIL so nothing runs it again
+    again = run_in_process("optimize", "--trials", str(max(1, len(waiting))), "--study", "i", "--storage", url,
+                           "--json", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    after = optuna.load_study(study_name="i", storage=url).get_trials()
+    copies = {t.system_attrs["consumed_waiting"]: t for t in after if "consumed_waiting" in t.system_attrs}
+    for t in waiting:
+        assert after[t.number].state.name == "FAIL"
+        assert copies[t.number].state.name == "COMPLETE"
+        assert copies[t.number].params == t.system_attrs["fixed_params"]
+        assert copies[t.number].user_attrs["solve"]["inner"] == "exact"
+    assert not [t for t in after if t.state.name in ("RUNNING", "WAITING")]
+    assert json.loads(again.stdout)["trials"] == kept + max(1, len(waiting))
+
+
+def test_queued_trial_completed_by_a_killed_run_is_not_run_again(tmp_path, cli, monkeypatch):
+    """A run killed between writing a queued trial's completed copy and marking the queued trial consumed leaves
+    both; the next run marks the queued one FAIL without evaluating it again."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    args = ("optimize", "--space", "small", "--study", "q", "--storage", url, "--json")
+    assert cli(*args, "--trials", "1").code == 0
+    study = optuna.load_study(study_name="q", storage=url)
+    (done,) = study.get_trials()
+    study.enqueue_trial(done.params)  # the queued trial ...
+    study.add_trial(optuna.trial.create_trial(  # ... and its completed copy, as the killed run left them
+        params=done.params, distributions=done.distributions, values=done.values, user_attrs=done.user_attrs,
+        system_attrs={**done.system_attrs, "consumed_waiting": 1}))
+    result = cli(*args, "--trials", "1")
+    assert result.code == 0, result.err
+    trials = optuna.load_study(study_name="q", storage=url).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    assert "consumed_waiting" not in trials[3].system_attrs  # a new proposal, not the queued one again
+
+
+def test_until_stall_stops_when_the_hypervolume_stops_growing(tmp_path):
+    run = run_in_process("optimize", "--space", "small", "--trials", "400", "--until-stall", "12", "--study", "u",
+                         "--storage", "sqlite:///u.db", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout)
+    assert out["run"]["stalled"] and out["trials"] < 400
+    study = optuna.load_study(study_name="u", storage=f"sqlite:///{tmp_path / 'u.db'}")
+    history = study.user_attrs["hypervolume"]["history"]  # [trials, evaluations, hypervolume] after each batch
+    assert [h[0] for h in history] == list(range(4, out["trials"] + 1, 4))
+    assert all(b[2] >= a[2] for a, b in itertools.pairwise(history))  # never shrinks
+    last_growth = max(b[0] for a, b in itertools.pairwise(history) if b[2] > a[2])
+    assert history[-1][0] - last_growth >= 12
+    assert study.user_attrs["evaluations"] == sum(t.user_attrs["solve"]["evaluations"] for t in study.get_trials())
+
+
+def test_counts_are_reported(tmp_path):
+    run = run_in_process("optimize", "--space", "small", "--trials", "8", "--study", "c", "--storage",
+                         "sqlite:///c.db", "--json", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    counts = json.loads(run.stdout)["run"]
+    trials = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path / 'c.db'}").get_trials()
+    assert counts["repaired"] == sum(t.user_attrs["solve"]["repaired"] for t in trials)
+    assert counts["infeasible"] == sum(bool(t.user_attrs["solve"].get("infeasible")) for t in trials)
+    assert counts["over_thermal_limit"] == sum(t.constraints["thermal_c_over_limit"] > 0 for t in trials)
+    assert counts["told"] == 8 and counts["seed"] == 0
+    # the warm start: the space's two 3D chips at m = n = 4 (its NoC: no TMS1 in it), then its centre
+    first = [(t.params["chip"], t.params["stacked_layers"], t.params["connected_layers"]) for t in trials[:3]]
+    assert first == [("standard", "4", 4), ("strong-l2", "4", 4), ("strong-l2", "4", 2)]
+    assert [t.user_attrs["solve"]["inner"] for t in trials[:3]] == ["exact"] * 3
+
+
+def test_changing_only_the_objective_names_the_objectives(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = ("optimize", "--space", "small", "--trials", "1", "--study", "o", "--storage", "sqlite:///o.db")
+    assert cli(*common, "--json").code == 0
+    result = cli(*common, "--objective", "stps")
+    assert_user_error(result, "--study", "objectives")
+    assert "scenario" not in result.err
+
+
+def test_optimize_error_has_no_leading_blank_line(tmp_path):
+    done = subprocess.run([_console_script(), "optimize", "--space", "small", "--objective", "speed"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("deepstack: error: --objective"), repr(done.stderr)
+
+
+def test_optimize_help_lists_the_small_space(cli):
+    assert "small" in " ".join(cli("optimize", "--help").out.split())

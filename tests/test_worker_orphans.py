@@ -1,0 +1,87 @@
+"""No worker outlives its parent (issue 20, "Interruptions"): a real `deepstack sweep` with two local workers is
+SIGKILLed (no handler can run), and its workers must leave the process table on their own (search/executor.py:
+prctl(PR_SET_PDEATHSIG) in each worker, a getppid() watchdog where prctl is missing). Waiting is done by polling
+the process table against a deadline, never by a fixed sleep."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import write_space
+
+from deepstack.search import executor
+
+DEADLINE_S = 120.0  # generous: the machine is shared; the poll returns as soon as the condition holds
+
+
+def _children(pid: int) -> set[int]:
+    """Live (not zombie) processes whose parent is ``pid``, from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _poll(condition, what: str):
+    deadline = time.monotonic() + DEADLINE_S
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)  # a poll interval, not a wait for an outcome: the deadline bounds the loop
+    pytest.fail(f"timed out after {DEADLINE_S:g} s waiting for {what}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_sigkilled_sweep_takes_its_workers_with_it(tmp_path):
+    exe = Path(sys.executable).parent / "deepstack"
+    exe = str(exe) if exe.exists() else shutil.which("deepstack")
+    write_space(tmp_path / "orphans.toml", hops=(0.5, 1.0, 2.0))  # enough chunks that the workers are still busy
+    parent = subprocess.Popen([exe, "sweep", "--mode", "exhaustive", "--space", "orphans.toml", "--out", "out",
+                               "--workers", "2", "--json"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE)
+    try:
+        workers = _poll(lambda: (c := _children(parent.pid)) and len(c) >= 2 and c, "the sweep's two workers")
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        _poll(lambda: not any(_alive(pid) for pid in workers), f"workers {sorted(workers)} to end")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert parent.returncode == -signal.SIGKILL
+
+
+def _report_parent(path: str) -> None:
+    Path(path).write_text(str(os.getppid()))
+
+
+def test_spawned_workers_are_guarded_too(tmp_path):
+    """run_spawned (the optimize workers) starts each process through the parent-death guard: the target runs, in
+    a child of this process."""
+    out = tmp_path / "ppid"
+    assert executor.run_spawned(_report_parent, [(str(out),)]) == [0]
+    assert int(out.read_text()) == os.getpid()
