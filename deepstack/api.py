@@ -369,16 +369,25 @@ def run_compare(*, study: str, storage: str | None, sweep_dir: str) -> dict[str,
 def network_accuracy(*, plot: str | None = None) -> dict[str, Any]:
     """The network model against the packet-level reference (``validation/ns3_collectives.csv``); with ``plot``,
     also a PNG of every panel written there (its folder must exist)."""
-    from pathlib import Path
-
     from deepstack.accuracy import network as accuracy
+
+    _check_plot_folder(plot)
+    result = accuracy.network_accuracy()
+    return _with_plot(result.as_dict(), plot, lambda path: accuracy.plot(result, path))
+
+
+def _check_plot_folder(plot: str | None) -> None:
+    """An accuracy command's ``--plot`` file must be in an existing folder (checked before any work)."""
+    from pathlib import Path
 
     if plot is not None and not Path(plot).parent.is_dir():
         raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
-    result = accuracy.network_accuracy()
-    data = result.as_dict()
+
+
+def _with_plot(data: dict[str, Any], plot: str | None, draw) -> dict[str, Any]:
+    """``data`` with the path of the PNG ``draw(plot)`` wrote, when a plot was asked for."""
     if plot is not None:
-        data["plot"] = str(accuracy.plot(result, plot))
+        data["plot"] = str(draw(plot))
     return data
 
 
@@ -400,16 +409,11 @@ def _serving_summary() -> list[dict[str, Any]]:
 def serving_accuracy(*, plot: str | None = None) -> dict[str, Any]:
     """The GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``); with ``plot``,
     also a PNG of predicted vs measured throughput written there (its folder must exist)."""
-    from pathlib import Path
-
     from deepstack.accuracy import serving
 
-    if plot is not None and not Path(plot).parent.is_dir():
-        raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+    _check_plot_folder(plot)
     data = serving.serving_accuracy()
-    if plot is not None:
-        data["plot"] = str(serving.plot(data, plot))
-    return data
+    return _with_plot(data, plot, lambda path: serving.plot(data, path))
 
 
 def cross_validation() -> list[dict[str, Any]]:
@@ -434,17 +438,11 @@ def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | 
 def kernels_accuracy(*, plot: str | None = None) -> dict[str, Any]:
     """The distributed-kernel model against measurements on 8×H100 (``validation/h100_kernels.csv``); with
     ``plot``, also a PNG of predicted vs measured time written there (its folder must exist)."""
-    from pathlib import Path
-
     from deepstack.accuracy import kernels
 
-    if plot is not None and not Path(plot).parent.is_dir():
-        raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+    _check_plot_folder(plot)
     result = kernels.kernel_accuracy()
-    data = result.as_dict()
-    if plot is not None:
-        data["plot"] = str(kernels.plot(result, plot))
-    return data
+    return _with_plot(result.as_dict(), plot, lambda path: kernels.plot(result, path))
 
 
 def _kernels_summary() -> list[dict[str, Any]]:

@@ -596,6 +596,11 @@ def accuracy_network(
                  ["family", "size", "payload", "rows", "median_pct", "worst_pct"])
     if no_reference:
         report.table("no reference (evaluated, not scored)", no_reference)
+    _failures_and_plot(result, plot)
+
+
+def _failures_and_plot(result: dict, plot: str | None) -> None:
+    """The tail of an accuracy report: the rows the model raised on, and where the plot went."""
     if result["failures"]:
         report.table(f"failures: the model raised on {len(result['failures'])} rows", result["failures"])
     if plot is not None:
@@ -604,7 +609,7 @@ def accuracy_network(
 
 @accuracy_app.command("all")
 def accuracy_all(json_out: JsonFlag = False) -> None:
-    """Every accuracy check's headline figures (today: the network against ASTRA-sim NS-3), one row per family.
+    """Every accuracy check's headline figures (network, serving, kernels), one row per family.
     A report: exits 0 whatever the errors; the per-check commands give the detail.
 
     Example: deepstack accuracy all --json
@@ -666,10 +671,7 @@ def accuracy_kernels(
     report.table("rows", [{**row, "error_pct": None if row["error"] is None else 100 * row["error"]}
                           for row in result["rows"]], ["kind", "point_index", "shape", "ref_ms", "model_ms",
                                                        "error_pct"])
-    if result["failures"]:
-        report.table(f"failures: the model raised on {len(result['failures'])} rows", result["failures"])
-    if plot is not None:
-        report.console.print(f"plot: {result['plot']}", markup=False, highlight=False)
+    _failures_and_plot(result, plot)
 
 
 @accuracy_app.command("cross-validate")

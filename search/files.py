@@ -17,3 +17,18 @@ def write_text_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def save_figure(fig, path: str, dpi: int) -> str | None:
+    """Save a matplotlib figure as a PNG and close it; None when the file cannot be written (a picture is never
+    worth failing a run for)."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError:
+        return None
+    finally:
+        plt.close(fig)
+    return path

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepstack.search import pareto
+from deepstack.search.files import save_figure
 from deepstack.search.objectives import OBJECTIVES
 
 GROWTH = 1e-12  # relative growth below this is no growth (floating-point noise)
@@ -110,11 +111,4 @@ class Progress:
         ax.set_ylabel("hypervolume (objectives / reference)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
-        fig.tight_layout()
-        try:
-            fig.savefig(path, dpi=100)
-        except OSError:
-            return None
-        finally:
-            plt.close(fig)
-        return path
+        return save_figure(fig, path, dpi=100)

@@ -16,7 +16,7 @@ from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.schema import Scenario
 from deepstack.search import pareto
-from deepstack.search.files import write_text_atomically
+from deepstack.search.files import save_figure, write_text_atomically
 from deepstack.search.front_design import UNITS, enrich, header
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.space import load_space
@@ -115,14 +115,7 @@ def _png(study, front: list[dict], objectives: list[str], path: str) -> str | No
     ax.set_ylabel(header(y_name).replace("[", "(").replace("]", ")"))
     ax.set_title(f"{study.study_name}: Pareto front ({len(front)} designs)")
     ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError:
-        return None
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=120)
 
 
 def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:
