@@ -65,7 +65,7 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
     else:
         ttft_s = step_s
     s = point.schedule
-    replicas = s.attention.dp * s.attention.ep
+    replicas = s.attention.replicas
     requests = math.ceil(scenario.batch / replicas) * replicas  # padded batch the system actually serves
     if scenario.phase == "decode":
         stps, utps = requests / step_s, 1.0 / step_s

@@ -56,6 +56,12 @@ class ModuleParallel(Frozen):
     def devices(self) -> int:
         return math.prod(getattr(self, name) for name in MODULE_DEGREES)
 
+    @property
+    def replicas(self) -> int:
+        """Copies of the module that each serve their own share of the requests (DP × EP: under EP the attention
+        of each expert-parallel rank serves its own requests)."""
+        return self.dp * self.ep
+
     def __str__(self) -> str:
         return ",".join(f"{name}={getattr(self, name)}" for name in MODULE_DEGREES if getattr(self, name) > 1) or "tp=1"
 

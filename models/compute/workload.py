@@ -182,8 +182,7 @@ def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: 
     rank and head for a whole prompt. Ulysses SP (an all-to-all after the projections) gives each rank every
     query and key of ⌈heads / SP⌉ heads.
     """
-    replicas = attention.dp * attention.ep
-    requests = ceil_div(scenario.batch, replicas)
+    requests = ceil_div(scenario.batch, attention.replicas)
     tokens = ceil_div(requests * (1 if scenario.phase == "decode" else scenario.input_len),
                       attention.sp * attention.cp)
     if scenario.phase == "decode":

@@ -18,6 +18,8 @@ step of the phase becomes:
 
 from __future__ import annotations
 
+import dataclasses
+
 from deepstack.models import memo
 from deepstack.models.gpu.collectives import allreduce_time_s
 from deepstack.models.gpu.efficiency import at_least_achievable
@@ -26,7 +28,7 @@ from deepstack.models.gpu.kernels import step_kernels
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.pipeline.rows import CommRow, OpRow, PhaseResult
 
-__all__ = ["allreduce_time_s", "gpu_phase", "uses_graphs"]
+__all__ = ["allreduce_time_s", "fixed_row", "gpu_phase", "uses_graphs"]
 
 _GPU_PHASES = memo.Table("gpu phases", 4096, lru=True)  # (phase, design point, scenario) → PhaseResult
 
@@ -68,12 +70,8 @@ def _gpu_collective(gpu, result, link_Bps: float):
     """``result`` re-timed as vLLM's all-reduce (other collectives keep the network model's time)."""
     if result.op != "all_reduce" or result.group_size <= 1:
         return result
-    import dataclasses
-
     time_s = allreduce_time_s(gpu, result.bytes_per_rank, result.group_size, link_Bps)
     floor_s = min(time_s, gpu.allreduce_floor_us * 1e-6)
     return dataclasses.replace(result, time_s=time_s, latency_s=floor_s, congestion_s=time_s - floor_s,
                                overhead_s=0.0, candidates=((result.algorithm, time_s),))
 
-
-__all__ += ["fixed_row"]

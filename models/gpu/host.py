@@ -25,8 +25,7 @@ TRITON_LAUNCH_S = 18e-6
 def uses_graphs(gpu, scenario, schedule) -> bool:
     """Whether a step replays a CUDA graph: decode, graphs on, and the tokens of a step (the batch of one data
     replica) within the largest captured size."""
-    replicas = schedule.attention.dp * schedule.attention.ep
-    per_replica = -(-scenario.batch // replicas)
+    per_replica = -(-scenario.batch // schedule.attention.replicas)
     return scenario.phase == "decode" and scenario.cuda_graphs and per_replica <= gpu.graph_max_batch
 
 

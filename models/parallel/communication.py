@@ -133,7 +133,7 @@ def fsdp_comms(model: LLM, scenario: Scenario, schedule: Schedule, moe: bool) ->
         return []
     a, f = schedule.attention, schedule.ffn
     wb = scenario.precision.weight_bytes
-    group = a.dp * a.ep  # the "a_dp" groups of the attention layout: DP replicas incl. EP acting as DP
+    group = a.replicas  # the "a_dp" groups of the attention layout: DP replicas incl. EP acting as DP
     params = model.attention.parameter_count(model.hidden, a.tp)
     if moe:
         m = model.moe
@@ -173,7 +173,7 @@ def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
                                                                                  model.is_moe)
     for c in comms:
         traffic[c.dim] = traffic.get(c.dim, 0.0) + c.bytes_per_rank
-    attention_dims = [("a_tp", a.tp), ("a_sp", a.sp), ("a_cp", a.cp), ("a_dp", a.dp * a.ep)]
+    attention_dims = [("a_tp", a.tp), ("a_sp", a.sp), ("a_cp", a.cp), ("a_dp", a.replicas)]
     ffn_dims = [("f_tp", f.tp), ("f_ep", f.ep), ("f_dp", f.dp * f.sp * f.cp)]
     # TP is innermost in both modules (paper §4.1.4: the most intensive pairs, e.g. TP, are mapped adjacent), so
     # both modules' TP groups are the same devices holding the same tokens; the rest follow their traffic

@@ -108,7 +108,7 @@ def _chunks(scenario: Scenario, schedule: Schedule) -> PrefillChunks | None:
     """A prefill's chunks on the schedule's data replicas (the engines of attention); None in decode."""
     if scenario.phase != "prefill":
         return None
-    return prefill_chunks(scenario, schedule.attention.dp * schedule.attention.ep)
+    return prefill_chunks(scenario, schedule.attention.replicas)
 
 
 def microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
@@ -121,7 +121,7 @@ def microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
         return [fewest]
     if schedule.microbatches:
         return [max(schedule.microbatches, fewest)]
-    per_replica = math.ceil(scenario.batch / (schedule.attention.dp * schedule.attention.ep))
+    per_replica = math.ceil(scenario.batch / schedule.attention.replicas)
     options = [m for m in (schedule.pp, 2 * schedule.pp, 4 * schedule.pp) if m <= per_replica] or [per_replica]
     return sorted({max(m, fewest) for m in options})
 
