@@ -6,10 +6,11 @@
   schedule evaluations included); for each the hypervolume ratio to the sweep's front. Both inner solvers are run:
   ``screen`` (the default) and ``exact`` (every schedule of every proposed point: plain bi-level).
 * ``--space default`` (acceptance 2): the hierarchical sweep of the default space and the README's first command
-  (defaults: 100 trials, seed 0), on the same machine with the same number of workers; both wall times, their
-  ratio and the hypervolume ratio. ``--slice NAME`` runs both on a named slice of the default space instead
-  (``SLICES``: when the full sweep would take more than an hour) and prints the full sweep's estimated time from
-  the slice's evaluations/s and the full space's tier-1 hardware points.
+  (defaults: 100 trials, seed 0, then the local search around the front), on the same machine with the same
+  number of workers; both wall times, their ratio and the hypervolume ratio. ``--slice NAME`` runs both on a
+  named slice of the default space instead (``SLICES``: when the full sweep would take more than an hour) and
+  prints the full sweep's estimated time from the slice's evaluations/s and the full space's tier-1 hardware
+  points.
 
 The hypervolume reference comes from the sweep's feasible points alone: objectives normalised by the sweep's
 range (ideal → 1, nadir → 0), the reference at the nadir (``deepstack.search.pareto.normalised_hypervolume``,
@@ -127,9 +128,9 @@ def default(workers: int, root: Path, slice_name: str | None = None, trials: int
     job = opt.optimize(objectives=OBJECTIVES, space=space, scenario=scenario, trials=trials, study="readme",
                        storage=f"sqlite:///{root / 'readme.db'}", out=str(root / "fronts"), workers=workers)
     job_wall = time.perf_counter() - started
-    print(f"main job on {label} (the README's first command: {trials} trials, seed 0, {workers} workers): "
-          f"{job_wall:.1f} s, {job.run['evaluations']} design-point evaluations, front of {len(job.pareto)}",
-          flush=True)
+    print(f"main job on {label} (the README's first command: {trials} trials, seed 0, then "
+          f"{job.run['refined']} trials of local search around the front; {workers} workers): {job_wall:.1f} s, "
+          f"{job.run['evaluations']} design-point evaluations, front of {len(job.pareto)}", flush=True)
     started = time.perf_counter()
     swept = sweep(mode="hierarchical", space=space, scenario=scenario, objectives=OBJECTIVES,
                   out=str(root / "sweep"), workers=workers)

@@ -172,9 +172,11 @@ def sweep(*, scenario: Scenario, space: str | None = None, objectives: list[str]
 def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps", "tokens_per_joule"),
              scenario: Scenario | None = None, space: str | None = None, sampler: str = "nsga2", trials: int = 100,
              study: str = "deepstack", storage: str | None = None, seed: int | None = 0, workers: int = 1,
-             out: str | None = None, batch: int = 4, until_stall: int | None = None, inner: str = "screen"):
+             out: str | None = None, batch: int = 4, until_stall: int | None = None, inner: str = "screen",
+             refine: int = 1000):
     """Create or resume an Optuna study over a design space and add ``trials`` trials (fewer with
-    ``until_stall``); the defaults are ``deepstack optimize``'s (the same seed gives the same front).
+    ``until_stall``), then up to ``refine`` trials of local search around the front; the defaults are
+    ``deepstack optimize``'s (the same seed gives the same front).
 
     ``scenario`` defaults to the space's first; ``storage`` an Optuna storage URL (SQLite by default;
     PostgreSQL needs the ``[postgres]`` extra). Returns the study result (trials, Pareto front, files written).
@@ -183,4 +185,4 @@ def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps", "tokens_per_j
 
     return run(objectives=list(objectives), space=space, scenario=scenario, sampler=sampler, trials=trials,
                study=study, storage=storage, seed=seed, workers=workers, out=out, batch=batch,
-               until_stall=until_stall, inner=inner)
+               until_stall=until_stall, inner=inner, refine=refine)

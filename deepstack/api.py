@@ -284,7 +284,8 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
                  sampler: str, trials: int, study: str, storage: str | None, seed: int | None, workers: int,
                  out: str | None, progress=None, prefill_chunk_tokens: int | None = None,
                  ambient_c: float | None = None, max_temp_c: float | None = None, batch_size: int | None = None,
-                 until_stall: int | None = None, log=None, inner: str = "screen") -> dict[str, Any]:
+                 until_stall: int | None = None, log=None, inner: str = "screen",
+                 refine: int | None = None) -> dict[str, Any]:
     """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario.
     ``result["run"]`` says what this run did (counts, hypervolume, evaluations, ``interrupted``: the signal)."""
     from deepstack.search import optimize as opt
@@ -295,7 +296,8 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
     _check_cooling(space, scenario)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress,
-                          batch=batch_size or opt.DEFAULT_BATCH, until_stall=until_stall, log=log, inner=inner)
+                          batch=batch_size or opt.DEFAULT_BATCH, until_stall=until_stall, log=log, inner=inner,
+                          refine=opt.REFINE_TRIALS if refine is None else refine)
     return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,
             "run": result.run,
             "objectives": result.objectives, "wall_s": result.wall_s, "files": result.files,

@@ -353,6 +353,10 @@ def optimize(
         help="Stop early when the hypervolume has not grown for this many trials.")] = None,
     inner: Annotated[str, typer.Option(help="screen (default: a sampled point tries the elite schedules) or exact "
                                             "(every schedule that fits).")] = "screen",
+    refine: Annotated[int, typer.Option(
+        help="After the trials, at most this many trials of local search around the front: every design within two "
+             "moves (chip, NoC, SRAM, one step of m, n, hop latency or a level's bandwidth) of a front design is "
+             "screened and front designs are solved exactly, until the front stops changing (0: none).")] = 1000,
     out: Annotated[str | None, typer.Option(help="Folder for <study>.pareto.csv/json/html and <study>.hypervolume.png "
                                                  "(default studies).")] = None,
     json_out: JsonFlag = False,
@@ -375,7 +379,8 @@ def optimize(
                                   trials=trials, study=study, storage=storage, seed=seed, workers=workers, out=out,
                                   progress=advance, prefill_chunk_tokens=prefill_chunk_tokens,
                                   ambient_c=ambient_c, max_temp_c=max_temp_c, batch_size=trials_per_batch,
-                                  until_stall=until_stall, log=None if json_out else _optimize_log, inner=inner)
+                                  until_stall=until_stall, log=None if json_out else _optimize_log, inner=inner,
+                                  refine=refine)
     if json_out:
         report.print_json(result)
     else:
@@ -391,7 +396,8 @@ def _optimize_log(line: str) -> None:
 def _optimize_summary(result: dict) -> None:
     """What the run did: counts, hypervolume, evaluations, and why it stopped."""
     run = result["run"]
-    print(f"this run: {run['told']} trials told, {run['repaired']} proposals repaired, {run['infeasible']} "
+    refined = f" ({run['refined']} of them refining the front)" if run.get("refined") else ""
+    print(f"this run: {run['told']} trials told{refined}, {run['repaired']} proposals repaired, {run['infeasible']} "
           f"infeasible, {run['over_thermal_limit']} over the thermal limit; hypervolume {run['hypervolume']:.6g} "
           f"(seed {run['seed']}); {run['evaluations']} design-point evaluations in the study")
     if run.get("stalled"):

@@ -20,6 +20,7 @@ from deepstack.search.space import HardwarePoint
 from deepstack.search.study_record import COUNTS, StudyRecord
 
 QUEUED_EXACT = ("warm_start", "retry_of", "requeued")  # queued trials solved exactly (their user attributes)
+REFINE_BATCH = 32  # trials per batch of the local search (no sampler waits on them)
 # where a run's time goes (run["timing_s"]): per batch, the sampler (on the in-memory mirror), CP-SAT repair, the
 # inner solves, the storage (reading other processes' trials, one write per batch, the study's attributes) and the
 # hypervolume; once, the study's set-up and the front files
@@ -27,14 +28,14 @@ PHASES = ("ask", "repair", "evaluate", "store", "bookkeeping", "setup", "front")
 
 
 def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until_stall: int | None, progress, log,
-        stops, inner: str) -> dict:
+        stops, inner: str, refine: int = 0) -> dict:
     """Ask a batch on the mirror, solve the hardware points (in the pool), tell the mirror
     and write the batch to the persistent study in one call; until ``trials`` trials are told, the hypervolume
-    stalls or a signal comes."""
+    stalls or a signal comes. Then up to ``refine`` trials of local search around the front (:func:`_refine`)."""
     objectives = list(problem.objectives)
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, objectives)
-    run = {"told": 0, "interrupted": None, "requeued": [], "stalled": False, **{k: 0 for k in COUNTS}}
+    run = {"told": 0, "refined": 0, "interrupted": None, "requeued": [], "stalled": False, **{k: 0 for k in COUNTS}}
     clock = run["timing_s"] = {phase: 0.0 for phase in PHASES}
     tick = _lap(clock, "store", tick)
     mirror.refresh()
@@ -42,8 +43,10 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
         if not record.has_params(params):
             mirror.enqueue(params, {"warm_start": True})
     with executor.chunk_runner("local", workers) as run_chunks:
-        while run["told"] < trials and not stops.stopped:
-            size = min(batch, trials - run["told"])
+
+        def one_batch(size: int, announce: bool = True) -> bool:
+            """Ask, solve, tell and store one batch (``announce``: log the hypervolume after it); False when a
+            signal interrupted it."""
             tick = time.perf_counter()
             mirror.refresh()
             tick = _lap(clock, "store", tick)
@@ -55,7 +58,7 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 hardware = problem.feasibility.repair(proposal).hardware
                 queued = trial._trial_id in mirror.queued or "requeued" in trial.user_attrs
                 exact = inner == "exact" or not record.elite or queued or any(
-                    k in trial.user_attrs for k in QUEUED_EXACT)
+                    k in trial.user_attrs for k in QUEUED_EXACT) or trial.user_attrs.get("refine") == "exact"
                 tasks.append(bilevel.InnerTask(problem, hardware, None if exact else record.elite))
             tick = _lap(clock, "repair", tick)
             try:
@@ -65,26 +68,74 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
             except KeyboardInterrupt:
                 run["interrupted"] = stops.name or "SIGINT"
                 run["requeued"] = mirror.requeue(asked, run["interrupted"])
-                break
+                return False
             told = [_tell(mirror, *job, record, run) for job in zip(asked, proposals, tasks, results, strict=True)]
-            for number, (result, task) in zip(mirror.write(asked), told, strict=True):  # one storage write
-                record.count(result, number, task)
+            for number, (result, task), solved in zip(mirror.write(asked), told, tasks, strict=True):  # one write
+                record.count(result, number, task, solved)
             tick = _lap(clock, "store", tick)
             hv = record.progress.record(mirror.completed, record.evaluations)
             tick = _lap(clock, "bookkeeping", tick)
             record.save(the_study)
             clock["store"] += time.perf_counter() - tick
-            if progress:
+            if progress and announce:
                 progress(run["told"], trials)
-            if log:
+            if log and announce:
                 log(f"trials {mirror.completed}: hypervolume {hv:.6g}, {record.evaluations} evaluations, "
                     f"front {len(record.front_rows())} designs × schedules")
+            return True
+
+        while run["told"] < trials and not stops.stopped:
+            if not one_batch(min(batch, trials - run["told"])):
+                break
             if until_stall and record.progress.stalled(until_stall):
                 run["stalled"] = True
                 break
+        if refine > 0 and trials > 0 and not run["interrupted"]:  # --trials 0 only prints the front
+            _refine(mirror, problem, record, run, batch, stops, one_batch, log, limit=refine)
     if stops.stopped and not run["interrupted"]:
         run["interrupted"] = stops.name
     return run
+
+
+def _refine(mirror, problem, record: StudyRecord, run: dict, batch: int, stops, one_batch, log, limit: int) -> None:
+    """Pareto local search around the front, up to ``limit`` trials: every point within two moves of a front
+    design (:func:`deepstack.search.bilevel.neighbours`: another chip, NoC or SRAM option, or one step of m, n,
+    the hop latency or a level's bandwidth) not tried yet is screened, nearest first, and a front design found
+    by a screen is solved exactly; repeated while the front changes. The sampler finds the region; this finds
+    its corner, which often needs two moves at once (a chip whose NoC is cheaper at a lower link bandwidth
+    fits one more PE per device)."""
+    feasibility = problem.feasibility
+    while not stops.stopped and run["refined"] < limit:
+        todo: dict = {}  # hardware point → "exact" or "screen", in the order they are tried
+        fronts = record.front_hardware()
+        for hardware in fronts:
+            if hardware not in record.solved_exactly:
+                todo[hardware] = "exact"
+        for ring in range(2):
+            for hardware in fronts:
+                near = bilevel.neighbours(problem, hardware)
+                if ring:
+                    near = [far for point in near for far in bilevel.neighbours(problem, point)]
+                for point in near:
+                    repaired = feasibility.repair(Proposal(point, Strategy(dp=feasibility.n))).hardware
+                    if repaired not in record.tried and repaired not in todo:
+                        todo[repaired] = "screen"
+        jobs = list(todo.items())[:limit - run["refined"]]
+        if not jobs:
+            return
+        for hardware, how in jobs:
+            mirror.enqueue(bilevel.trial_params(problem, hardware), {"refine": how}, skip_if_exists=False)
+        done, chunk = 0, max(batch, REFINE_BATCH)  # the points are known up front: bigger batches, fewer writes
+        while done < len(jobs):
+            size = min(chunk, len(jobs) - done)
+            if not one_batch(size, announce=False):
+                return
+            done += size
+            run["refined"] += size
+        if log:
+            log(f"refine: {len(jobs)} points around {len(fronts)} front designs, {run['refined']} refining trials "
+                f"so far: hypervolume {record.progress.history[-1][2]:.6g}, {record.evaluations} evaluations, "
+                f"front {len(record.front_rows())} designs × schedules")
 
 
 def _tell(mirror, trial, proposal, task, result, record: StudyRecord, run: dict) -> tuple:
@@ -92,7 +143,7 @@ def _tell(mirror, trial, proposal, task, result, record: StudyRecord, run: dict)
     and tell it there; returns (result, task or None: what ``record.count`` keeps once the trial is stored)."""
     repaired = task.hardware != proposal.hardware
     solve = {"inner": "exact" if task.only is None else "screen", "evaluations": result.evaluations,
-             "evaluation_s": result.evaluation_s, "repaired": repaired}
+             "evaluation_s": result.evaluation_s, "repaired": repaired, "hardware": task.hardware.as_dict()}
     run["repaired"] += repaired
     run["told"] += 1
     if result.representative is None:  # no PE or no schedule fits: nothing to tell but the failure

@@ -18,6 +18,7 @@ Everything here is a pure function of its inputs and runs in a pool worker; rows
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -148,6 +149,57 @@ def front_row(row: dict, objectives: list[str]) -> dict:
             **{k: row[k] for k in ROW_METRICS if k in row}}
 
 
+def trial_params(problem, hw: HardwarePoint) -> dict:
+    """The trial parameters that propose ``hw`` (levels the hardware's NoC lacks at the nominal bandwidth)."""
+    f, space = problem.feasibility, problem.space.hardware
+    nominal = _nearest(list(space.level_bw_scale), 1.0)
+    bws = [*hw.level_bw_scales, *[nominal] * (f.levels - len(hw.level_bw_scales))]
+    return {"chip": hw.chip, "noc": hw.noc, "stacked_layers": str(hw.stacked_layers),
+            "connected_layers": hw.connected_layers, "sram": hw.sram, "hop_latency_scale": f"{hw.hop_latency_scale:g}",
+            **{f"bw_scale_L{i + 1}": f"{bw:g}" for i, bw in enumerate(bws)}}
+
+
+def _nearest(options, target):
+    return min(options, key=lambda v: (abs(v - target), v))
+
+
+def _steps(options: list, value) -> list:
+    """The values next to ``value`` in the ordered ``options``."""
+    i = options.index(value)
+    return [options[j] for j in (i - 1, i + 1) if 0 <= j < len(options)]
+
+
+def neighbours(problem, hw: HardwarePoint) -> list[HardwarePoint]:
+    """The hardware points one move from ``hw``: another chip, NoC or SRAM option, or one step of m, n, the hop
+    latency or one level's bandwidth (the refinement's neighbourhood; the caller repairs them)."""
+    from deepstack.search.ask_tell import _noc_levels
+
+    f, space = problem.feasibility, problem.space.hardware
+    replace = dataclasses.replace
+    out = [replace(hw, chip=c) for c in f.chips if c != hw.chip]
+    for noc in f.nocs:
+        if noc != hw.noc:
+            levels = _noc_levels(noc)
+            nominal = _nearest(list(space.level_bw_scale), 1.0)
+            bws = (*hw.level_bw_scales[:levels], *[nominal] * (levels - len(hw.level_bw_scales)))
+            out.append(replace(hw, noc=noc, level_bw_scales=bws))
+    out += [replace(hw, sram=s) for s in f.srams if s != hw.sram]
+    if hw.stacked_layers:
+        for m in _steps(f.stacked, hw.stacked_layers):
+            out.append(replace(hw, stacked_layers=m, connected_layers=min(hw.connected_layers, m)))
+        ns = list(range(1, hw.stacked_layers + 1)) if f.connected == "all" else [
+            n for n in f.connected if n <= hw.stacked_layers]
+        if hw.connected_layers in ns:
+            out += [replace(hw, connected_layers=n) for n in _steps(ns, hw.connected_layers)]
+    out += [replace(hw, hop_latency_scale=h) for h in _steps(list(space.hop_latency_scale), hw.hop_latency_scale)]
+    for level, bw in enumerate(hw.level_bw_scales):
+        for step in _steps(list(space.level_bw_scale), bw):
+            bws = list(hw.level_bw_scales)
+            bws[level] = step
+            out.append(replace(hw, level_bw_scales=tuple(bws)))
+    return out
+
+
 def warm_start(problem) -> list[dict]:
     """Trial parameters of the catalog's named designs, evaluated first: every 3D chip of the space at
     m = n = 4 on TMS1 (the paper's Table 2 setting; the space's nearest stacking and first NoC where it has no
@@ -163,12 +215,9 @@ def warm_start(problem) -> list[dict]:
                "hop_latency_scale": f"{hop:g}"}
         return {**out, **{f"bw_scale_L{i + 1}": f"{bw:g}" for i in range(f.levels)}}
 
-    def nearest(options, target):
-        return min(options, key=lambda v: (abs(v - target), v))
-
-    m4 = nearest(f.stacked, 4)
+    m4 = _nearest(f.stacked, 4)
     noc = "tms1" if "tms1" in f.nocs else f.nocs[0]
-    hop1, bw1 = nearest(list(hw.hop_latency_scale), 1.0), nearest(list(hw.level_bw_scale), 1.0)
+    hop1, bw1 = _nearest(list(hw.hop_latency_scale), 1.0), _nearest(list(hw.level_bw_scale), 1.0)
     out = [params(chip, noc, m4, m4, f.srams[0], hop1, bw1) for chip in f.chips if catalog.load("chips", chip).is_3d]
     m = f.stacked[len(f.stacked) // 2]
     ns = list(range(1, m + 1)) if f.connected == "all" else [n for n in f.connected if n <= m] or [1]

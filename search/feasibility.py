@@ -311,7 +311,12 @@ class Feasibility:
     def repair(self, proposal: Proposal) -> Proposal:
         """The feasible point nearest to ``proposal``. Hardware first (CP-SAT): categorical choices cost 1 when
         changed, ordered ones (m, n, latency and bandwidth scale indices) by how far they move. Then the schedule
-        nearest in log-degrees among those fitting that hardware's memory (a table lookup)."""
+        nearest in log-degrees among those fitting that hardware's memory (a table lookup). A feasible hardware
+        point is its own nearest (cost 0): the table check answers it without the solver."""
+        hw = proposal.hardware
+        if self._hardware_feasible(hw):
+            table = self._strategy_tables[self._capacity_B(hw.chip, hw.stacked_layers or 0)]
+            return Proposal(hw, min(table, key=lambda s: _schedule_distance(s, proposal.strategy)))
         base, v = self._model
         model = base.Clone()
         hw = proposal.hardware
@@ -347,6 +352,33 @@ class Feasibility:
                               self.hops[solver.Value(x["hop"])], self._bw_scales(noc, solver.Value(x["bw"])))
         table = self._strategy_tables[self._capacity_B(chip, m or 0)]
         return Proposal(point, min(table, key=lambda s: _schedule_distance(s, proposal.strategy)))
+
+    @functools.cached_property
+    def _tables(self) -> tuple[set, set]:
+        """The model's two tables as sets: area-feasible (chip, SRAM, n, NoC, bandwidth) rows and the (chip, m)
+        pairs whose memory fits a schedule."""
+        fitting = {(c, m) for c, chip_name in enumerate(self.chips) for m in self._stackings(chip_name)
+                   if self._strategy_tables[self._capacity_B(chip_name, m)]}
+        return {tuple(row) for row in self._area_feasible_rows()}, fitting
+
+    def _hardware_feasible(self, hw: HardwarePoint) -> bool:
+        """Whether ``hw`` satisfies every constraint of the CP-SAT model (the same tables, looked up)."""
+        if hw.chip not in self.chips or hw.noc not in self.nocs or hw.sram not in self.srams \
+                or hw.hop_latency_scale not in self.hops:
+            return False
+        chip = self.chips.index(hw.chip)
+        m, n = hw.stacked_layers or 0, hw.connected_layers or 0
+        if catalog.load("chips", hw.chip).is_3d:
+            if m not in self.stacked or not 1 <= n <= m or (self.connected != "all" and n not in self.connected):
+                return False
+        elif m or n:
+            return False
+        levels = len(catalog.load("nocs", hw.noc).levels)
+        if len(hw.level_bw_scales) != levels or any(b not in self.bws for b in hw.level_bw_scales):
+            return False
+        combo = sum(self.bws.index(b) * len(self.bws) ** i for i, b in enumerate(hw.level_bw_scales))
+        area, fitting = self._tables
+        return (chip, self.srams.index(hw.sram), n, self.nocs.index(hw.noc), combo) in area and (chip, m) in fitting
 
     def is_feasible(self, proposal: Proposal) -> bool:
         return self.repair(proposal) == proposal

@@ -47,6 +47,7 @@ SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead
 DEFAULT_SEED = 0  # every run of the same command proposes the same points (--seed to vary)
 DEFAULT_BATCH = 4  # trials asked, solved (on the worker pool) and told together
 INNER = ("screen", "exact")  # how a sampled point's schedules are solved (search/bilevel.py)
+REFINE_TRIALS = 1000  # at most this many trials of local search around the front after the sampler's (--refine)
 
 
 def default_storage(study: str) -> str:
@@ -177,8 +178,8 @@ class Mirror:
     def ask(self, size: int) -> list[optuna.trial.Trial]:
         return [self.memory.ask() for _ in range(size)]
 
-    def enqueue(self, params: dict, user_attrs: dict) -> None:
-        self.memory.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=True)
+    def enqueue(self, params: dict, user_attrs: dict, skip_if_exists: bool = True) -> None:
+        self.memory.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=skip_if_exists)
 
     def tell(self, trial: optuna.trial.Trial, values: list[float] | None) -> None:
         """Tell the mirror a trial's values (``None``: it failed)."""
@@ -301,7 +302,7 @@ class OptimizeResult:
 def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | None, sampler: str = "nsga2",
              trials: int = 100, study: str = "deepstack", storage: str | None = None, seed: int | None = DEFAULT_SEED,
              workers: int = 1, out: str | None = None, batch: int = DEFAULT_BATCH, until_stall: int | None = None,
-             inner: str = "screen", progress: Callable[[int, int], None] | None = None,
+             inner: str = "screen", refine: int = REFINE_TRIALS, progress: Callable[[int, int], None] | None = None,
              log: Callable[[str], None] | None = None) -> OptimizeResult:
     """Create or resume a study and add ``trials`` trials (fewer if ``until_stall`` trials pass without the
     hypervolume growing, or a SIGINT/SIGTERM ends the run: then ``run["interrupted"]`` names the signal, and the
@@ -314,6 +315,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
         raise UserInputError(f"--trials-per-batch: must be in 1..1024 (got {batch})")
     if until_stall is not None and until_stall < 1:
         raise UserInputError(f"--until-stall: must be a number of trials ≥ 1 (got {until_stall})")
+    if not 0 <= refine <= 1_000_000:
+        raise UserInputError(f"--refine: must be a number of trials in 0..1000000 (got {refine})")
     if inner not in INNER:
         raise UserInputError(f"--inner: must be one of {', '.join(INNER)} (got {inner!r})")
     _sampler(sampler, seed)  # validate the name before touching any storage
@@ -340,7 +343,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     setup_s, running = time.perf_counter() - started, time.perf_counter()
     with Interrupts() as stops:
         run = ask_tell.run(Mirror(the_study, _sampler(sampler, seed)), the_study, problem, trials, batch, workers,
-                           until_stall, progress, log, stops, inner)
+                           until_stall, progress, log, stops, inner, refine)
     wall = time.perf_counter() - running
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, list(objectives))

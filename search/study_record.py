@@ -28,6 +28,8 @@ class StudyRecord:
     labels: collections.Counter = field(default_factory=collections.Counter)
     evaluations: int = 0
     params: set = field(default_factory=set)
+    solved_exactly: set = field(default_factory=set)  # hardware points whose every fitting schedule was evaluated
+    tried: set = field(default_factory=set)  # hardware points solved (exactly or screened)
 
     @classmethod
     def load(cls, study, objectives: list[str]) -> StudyRecord:
@@ -39,6 +41,10 @@ class StudyRecord:
                 continue
             solve = trial_solve(t)
             record.evaluations += int(solve.get("evaluations", 1 if t.state.name == "COMPLETE" else 0))
+            if "hardware" in solve:
+                record.tried.add(hardware_point(solve["hardware"]))
+                if solve.get("inner") == "exact":
+                    record.solved_exactly.add(hardware_point(solve["hardware"]))
             feasible = not any(c > 0 for c in (t.constraints or {}).values())
             if t.state.name != "COMPLETE" or not feasible:
                 continue
@@ -60,9 +66,13 @@ class StudyRecord:
     def has_params(self, params: dict) -> bool:
         return _key(params) in self.params
 
-    def count(self, result, number: int, task) -> None:
-        """Add a told trial: its evaluations, and its kept schedules (with the hardware point's design)."""
+    def count(self, result, number: int, task, solved) -> None:
+        """Add a told trial: its evaluations, and its kept schedules (with the hardware point's design);
+        ``solved`` is the trial's inner task (``task`` is None when the point had no feasible schedule)."""
         self.evaluations += result.evaluations
+        self.tried.add(solved.hardware)
+        if solved.only is None:
+            self.solved_exactly.add(solved.hardware)
         if task is None or not result.front or result.over_limit_c > 0:
             return
         from deepstack.search.bilevel import front_row
@@ -91,6 +101,18 @@ class StudyRecord:
         first = self.objectives[0]
         return sorted(front, key=lambda r: r[first], reverse=OBJECTIVES[first][1])
 
+    def front_hardware(self) -> list:
+        """The distinct hardware points of the front (one per objective vector), best first by the first objective."""
+        out, seen = [], set()
+        for row in self.front_rows():
+            if "level_bw_scales" not in row:  # a single-level trial of an older study: no stored design
+                continue
+            point, key = hardware_point(row), tuple(row[o] for o in self.objectives)
+            if point not in out and key not in seen:  # designs that differ only where nothing changes count once
+                seen.add(key)
+                out.append(point)
+        return out
+
     def on_front(self, number: int) -> bool:
         return any(row["trial"] == number for row in self.front_rows())
 
@@ -102,11 +124,19 @@ class StudyRecord:
         study.set_user_attr("evaluations", self.evaluations)
 
 
+def hardware_point(row: dict):
+    """The :class:`~deepstack.search.space.HardwarePoint` of a stored design (``HardwarePoint.as_dict`` keys)."""
+    from deepstack.search.space import HardwarePoint
+
+    return HardwarePoint(row["chip"], row["noc"], row["stacked_layers"], row["connected_layers"], row["sram"],
+                         float(row["hop_latency_scale"]), tuple(float(b) for b in row["level_bw_scales"]))
+
+
 def _key(params: dict) -> str:
     return json.dumps(params, sort_keys=True, default=str)
 
 
-SOLVE_KEYS = ("inner", "evaluations", "evaluation_s", "repaired", "infeasible")
+SOLVE_KEYS = ("inner", "evaluations", "evaluation_s", "repaired", "infeasible", "hardware")
 
 
 def trial_solve(trial) -> dict:

@@ -653,7 +653,7 @@ def test_failed_commands_never_change_a_study(cli, tmp_path, monkeypatch):
     space.write_text(to_toml(tiny_space()))
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     common = ["--space", str(space), "--storage", storage, "--out", str(tmp_path / "out")]
-    first = cli("optimize", *common, "--study", "s", "--trials", "3", "--seed", "1", "--json")
+    first = cli("optimize", *common, "--study", "s", "--trials", "3", "--refine", "0", "--seed", "1", "--json")
     assert first.code == 0, first.err
     before = _trials(storage, "s")
     assert len(before) == 3 and all(state == "COMPLETE" for _, state, _, _ in before)

@@ -46,8 +46,9 @@ def test_the_public_optimize_has_the_cli_defaults():
     public, command = _defaults(deepstack.optimize), _defaults(cli.optimize)
     engine = _defaults(search_optimize.optimize)
     assert list(public["objectives"]) == command["objective"].split(",") == ["stps", "tokens_per_joule"]
-    for name in ("sampler", "trials", "study", "storage", "seed", "workers", "until_stall", "inner", "out"):
+    for name in ("sampler", "trials", "study", "storage", "seed", "workers", "until_stall", "inner", "out", "refine"):
         assert public[name] == command[name] == engine[name], name
     assert public["seed"] == search_optimize.DEFAULT_SEED == 0 and public["trials"] == 100
+    assert public["refine"] == search_optimize.REFINE_TRIALS
     # the CLI's --trials-per-batch is None for "the default", which is the engine's
     assert command["trials_per_batch"] is None and public["batch"] == engine["batch"] == search_optimize.DEFAULT_BATCH

@@ -80,8 +80,8 @@ def test_signal_ends_optimize_cleanly_and_the_next_run_retries_the_interrupted_t
 
     # the next run takes the queued trials first and completes them with the same parameters (stored a batch per write):
     # the completed copy names the queued trial, which is then marked FAIL so nothing runs it again
-    again = run_in_process("optimize", "--trials", str(max(1, len(waiting))), "--study", "i", "--storage", url,
-                           "--json", cwd=tmp_path)
+    again = run_in_process("optimize", "--trials", str(max(1, len(waiting))), "--refine", "0", "--study", "i",
+                           "--storage", url, "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     after = optuna.load_study(study_name="i", storage=url).get_trials()
     copies = {t.system_attrs["consumed_waiting"]: t for t in after if "consumed_waiting" in t.system_attrs}
@@ -99,7 +99,7 @@ def test_queued_trial_completed_by_a_killed_run_is_not_run_again(tmp_path, cli, 
     both; the next run marks the queued one FAIL without evaluating it again."""
     monkeypatch.chdir(tmp_path)
     url = f"sqlite:///{tmp_path / 'q.db'}"
-    args = ("optimize", "--space", "small", "--study", "q", "--storage", url, "--json")
+    args = ("optimize", "--space", "small", "--refine", "0", "--study", "q", "--storage", url, "--json")
     assert cli(*args, "--trials", "1").code == 0
     study = optuna.load_study(study_name="q", storage=url)
     (done,) = study.get_trials()
@@ -115,8 +115,8 @@ def test_queued_trial_completed_by_a_killed_run_is_not_run_again(tmp_path, cli, 
 
 
 def test_until_stall_stops_when_the_hypervolume_stops_growing(tmp_path):
-    run = run_in_process("optimize", "--space", "small", "--trials", "400", "--until-stall", "12", "--study", "u",
-                         "--storage", "sqlite:///u.db", "--json", cwd=tmp_path)
+    run = run_in_process("optimize", "--space", "small", "--trials", "400", "--until-stall", "12", "--refine", "0",
+                         "--study", "u", "--storage", "sqlite:///u.db", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     out = json.loads(run.stdout)
     assert out["run"]["stalled"] and out["trials"] < 400
@@ -130,8 +130,8 @@ def test_until_stall_stops_when_the_hypervolume_stops_growing(tmp_path):
 
 
 def test_counts_are_reported(tmp_path):
-    run = run_in_process("optimize", "--space", "small", "--trials", "8", "--study", "c", "--storage",
-                         "sqlite:///c.db", "--json", cwd=tmp_path)
+    run = run_in_process("optimize", "--space", "small", "--trials", "8", "--refine", "0", "--study", "c",
+                         "--storage", "sqlite:///c.db", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     counts = json.loads(run.stdout)["run"]
     trials = optuna.load_study(study_name="c", storage=f"sqlite:///{tmp_path / 'c.db'}").get_trials()

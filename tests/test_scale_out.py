@@ -70,8 +70,9 @@ def _complete(trials) -> list[optuna.trial.FrozenTrial]:
 
 
 def _optimize(space: Path, url: str, study: str, trials: int, out: Path, *extra: str) -> list[str]:
+    # --refine 0: these tests count the trials a run adds (the local search after them is tests/test_refine.py's)
     return ["optimize", "--space", str(space), "--storage", url, "--study", study, "--trials", str(trials),
-            "--seed", "7", "--out", str(out), *extra]
+            "--refine", "0", "--seed", "7", "--out", str(out), *extra]
 
 
 def _cleanup(url: str, study: str) -> None:

@@ -272,8 +272,9 @@ def tiny(tmp_path_factory):
                                 "--json", cwd=cwd)
     summary = json.loads((cwd / "exhaustive" / "summary.json").read_text())
     trials = math.ceil(STUDY_SHARE * summary["evaluations"])
-    runs["optimize"] = run_in_process("optimize", "--space", str(space), "--trials", str(trials), "--study", "tiny",
-                                  "--storage", "sqlite:///tiny.db", "--seed", "1", "--json", cwd=cwd)
+    runs["optimize"] = run_in_process("optimize", "--space", str(space), "--trials", str(trials), "--refine", "0",
+                                      "--study", "tiny", "--storage", "sqlite:///tiny.db", "--seed", "1", "--json",
+                                      cwd=cwd)
     runs["compare"] = run_in_process("compare", "--study", "tiny", "--storage", "sqlite:///tiny.db", "--sweep",
                                  "exhaustive", "--json", cwd=cwd)
     return {"cwd": cwd, "space": space, "trials": trials, "summary": summary, "runs": runs}
@@ -419,7 +420,7 @@ def test_hierarchical_sweep_is_no_better_than_exhaustive(tiny):
 def dashboard_storage(tmp_path_factory):
     folder = tmp_path_factory.mktemp("dash")
     url = f"sqlite:///{folder / 'dash.db'}"
-    result = optimize(objectives=OBJECTIVES, space="small", scenario=None, trials=3, study="dash-study",
+    result = optimize(objectives=OBJECTIVES, space="small", scenario=None, trials=3, refine=0, study="dash-study",
                       storage=url, seed=0, out=str(folder / "fronts"))
     assert result.trials == 3
     return url
