@@ -85,3 +85,29 @@ def test_spawned_workers_are_guarded_too(tmp_path):
     out = tmp_path / "ppid"
     assert executor.run_spawned(_report_parent, [(str(out),)]) == [0]
     assert int(out.read_text()) == os.getpid()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_sigkilled_dask_sweep_takes_its_local_cluster_with_it(tmp_path):
+    """``--backend dask`` starts a LocalCluster whose worker processes are children of the sweep: Dask's own
+    guard (each worker process exits when the pipe from its parent closes, distributed/process.py) must end them
+    when the sweep is SIGKILLed."""
+    pytest.importorskip("dask.distributed")
+    exe = Path(sys.executable).parent / "deepstack"
+    exe = str(exe) if exe.exists() else shutil.which("deepstack")
+    write_space(tmp_path / "orphans.toml", hops=(0.5, 1.0, 2.0))
+    parent = subprocess.Popen([exe, "sweep", "--mode", "exhaustive", "--space", "orphans.toml", "--out", "out",
+                               "--workers", "2", "--backend", "dask", "--json"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        # the cluster's two worker processes (Dask may add a helper child, e.g. a resource tracker)
+        workers = _poll(lambda: (c := _children(parent.pid)) and len(c) >= 2 and c, "the cluster's workers")
+        _poll(lambda: (tmp_path / "out" / "chunks").is_dir(), "the sweep's first chunk")  # the workers are busy
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        _poll(lambda: not any(_alive(pid) for pid in workers), f"workers {sorted(workers)} to end")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert parent.returncode == -signal.SIGKILL
