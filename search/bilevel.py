@@ -151,12 +151,16 @@ def front_row(row: dict, objectives: list[str]) -> dict:
 
 def trial_params(problem, hw: HardwarePoint) -> dict:
     """The trial parameters that propose ``hw`` (levels the hardware's NoC lacks at the nominal bandwidth)."""
-    f, space = problem.feasibility, problem.space.hardware
-    nominal = _nearest(list(space.level_bw_scale), 1.0)
-    bws = [*hw.level_bw_scales, *[nominal] * (f.levels - len(hw.level_bw_scales))]
+    bws = _padded(problem, hw.level_bw_scales, problem.feasibility.levels)
     return {"chip": hw.chip, "noc": hw.noc, "stacked_layers": str(hw.stacked_layers),
             "connected_layers": hw.connected_layers, "sram": hw.sram, "hop_latency_scale": f"{hw.hop_latency_scale:g}",
             **{f"bw_scale_L{i + 1}": f"{bw:g}" for i, bw in enumerate(bws)}}
+
+
+def _padded(problem, bws: tuple[float, ...], levels: int) -> tuple[float, ...]:
+    """``bws`` cut or filled to ``levels`` levels, a missing level at the space's nominal bandwidth."""
+    nominal = _nearest(list(problem.space.hardware.level_bw_scale), 1.0)
+    return (*bws[:levels], *[nominal] * (levels - len(bws)))
 
 
 def _nearest(options, target):
@@ -177,12 +181,8 @@ def neighbours(problem, hw: HardwarePoint) -> list[HardwarePoint]:
     f, space = problem.feasibility, problem.space.hardware
     replace = dataclasses.replace
     out = [replace(hw, chip=c) for c in f.chips if c != hw.chip]
-    for noc in f.nocs:
-        if noc != hw.noc:
-            levels = _noc_levels(noc)
-            nominal = _nearest(list(space.level_bw_scale), 1.0)
-            bws = (*hw.level_bw_scales[:levels], *[nominal] * (levels - len(hw.level_bw_scales)))
-            out.append(replace(hw, noc=noc, level_bw_scales=bws))
+    out += [replace(hw, noc=noc, level_bw_scales=_padded(problem, hw.level_bw_scales, _noc_levels(noc)))
+            for noc in f.nocs if noc != hw.noc]
     out += [replace(hw, sram=s) for s in f.srams if s != hw.sram]
     if hw.stacked_layers:
         for m in _steps(f.stacked, hw.stacked_layers):

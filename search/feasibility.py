@@ -289,13 +289,12 @@ class Feasibility:
             model.AddAllowedAssignments([v["n"]], [[n] for n in [0, *self.connected]])
         # area: one PE + L2 + DRAM interface + NoC within the budget (so at least one PE fits), as the table of
         # area-feasible (chip, SRAM, n, NoC, bandwidth) tuples — a sum of element lookups presolves slowly
-        rows = self._area_feasible_rows()
+        rows = self._area_rows
         if not rows:
             raise InfeasibleError(f"space {self.space.name}: no hardware choice fits the area budget")
         model.AddAllowedAssignments([v["chip"], v["sram"], v["n"], v["noc"], v["bw"]], rows)
         # memory: the (chip, m) pairs whose DRAM fits at least one schedule (the schedule is chosen after)
-        fitting = [[c, m] for c, chip_name in enumerate(self.chips) for m in self._stackings(chip_name)
-                   if self._strategy_tables[self._capacity_B(chip_name, m)]]
+        fitting = self._fitting_pairs
         if not fitting:
             raise InfeasibleError(f"space {self.space.name}: no schedule fits the memory of any chip and stacking")
         model.AddAllowedAssignments([v["chip"], v["m"]], fitting)
@@ -314,12 +313,14 @@ class Feasibility:
         nearest in log-degrees among those fitting that hardware's memory (a table lookup). A feasible hardware
         point is its own nearest (cost 0): the table check answers it without the solver."""
         hw = proposal.hardware
-        if self._hardware_feasible(hw):
-            table = self._strategy_tables[self._capacity_B(hw.chip, hw.stacked_layers or 0)]
-            return Proposal(hw, min(table, key=lambda s: _schedule_distance(s, proposal.strategy)))
+        point = hw if self._hardware_feasible(hw) else self._nearest_hardware(hw)
+        table = self._strategy_tables[self._capacity_B(point.chip, point.stacked_layers or 0)]
+        return Proposal(point, min(table, key=lambda s: _schedule_distance(s, proposal.strategy)))
+
+    def _nearest_hardware(self, hw: HardwarePoint) -> HardwarePoint:
+        """The feasible hardware point nearest to ``hw`` (CP-SAT, the cost of :meth:`repair`)."""
         base, v = self._model
         model = base.Clone()
-        hw = proposal.hardware
         wanted = {
             "chip": self.chips.index(hw.chip), "noc": self.nocs.index(hw.noc), "sram": self.srams.index(hw.sram),
             "m": hw.stacked_layers or 0, "n": hw.connected_layers or 0, "hop": self.hops.index(hw.hop_latency_scale),
@@ -347,19 +348,25 @@ class Feasibility:
                                   f"{self.scenario.phase} at batch {self.scenario.batch}")
         chip = self.chips[solver.Value(x["chip"])]
         noc = self.nocs[solver.Value(x["noc"])]
-        m = solver.Value(x["m"]) or None
-        point = HardwarePoint(chip, noc, m, solver.Value(x["n"]) or None, self.srams[solver.Value(x["sram"])],
-                              self.hops[solver.Value(x["hop"])], self._bw_scales(noc, solver.Value(x["bw"])))
-        table = self._strategy_tables[self._capacity_B(chip, m or 0)]
-        return Proposal(point, min(table, key=lambda s: _schedule_distance(s, proposal.strategy)))
+        return HardwarePoint(chip, noc, solver.Value(x["m"]) or None, solver.Value(x["n"]) or None,
+                             self.srams[solver.Value(x["sram"])], self.hops[solver.Value(x["hop"])],
+                             self._bw_scales(noc, solver.Value(x["bw"])))
+
+    @functools.cached_property
+    def _area_rows(self) -> list[list[int]]:
+        """The area-feasible (chip, SRAM, n, NoC, bandwidth) index rows (the model's area table)."""
+        return self._area_feasible_rows()
+
+    @functools.cached_property
+    def _fitting_pairs(self) -> list[list[int]]:
+        """The (chip, m) pairs whose DRAM fits at least one schedule (the model's memory table)."""
+        return [[c, m] for c, chip_name in enumerate(self.chips) for m in self._stackings(chip_name)
+                if self._strategy_tables[self._capacity_B(chip_name, m)]]
 
     @functools.cached_property
     def _tables(self) -> tuple[set, set]:
-        """The model's two tables as sets: area-feasible (chip, SRAM, n, NoC, bandwidth) rows and the (chip, m)
-        pairs whose memory fits a schedule."""
-        fitting = {(c, m) for c, chip_name in enumerate(self.chips) for m in self._stackings(chip_name)
-                   if self._strategy_tables[self._capacity_B(chip_name, m)]}
-        return {tuple(row) for row in self._area_feasible_rows()}, fitting
+        """The model's two tables as sets, for the look-up of :meth:`_hardware_feasible`."""
+        return {tuple(row) for row in self._area_rows}, {tuple(pair) for pair in self._fitting_pairs}
 
     def _hardware_feasible(self, hw: HardwarePoint) -> bool:
         """Whether ``hw`` satisfies every constraint of the CP-SAT model (the same tables, looked up)."""

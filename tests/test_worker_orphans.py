@@ -55,16 +55,18 @@ def _poll(condition, what: str):
     pytest.fail(f"timed out after {DEADLINE_S:g} s waiting for {what}")
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-def test_sigkilled_sweep_takes_its_workers_with_it(tmp_path):
+def _sigkill_sweep_and_wait_for_its_workers(tmp_path: Path, *flags: str, ready=lambda: True) -> None:
+    """Start a real 2-worker exhaustive ``deepstack sweep`` (with ``flags``), SIGKILL it once its two workers are
+    up and ``ready()`` holds, and wait (against the deadline) for those workers to leave the process table."""
     exe = Path(sys.executable).parent / "deepstack"
     exe = str(exe) if exe.exists() else shutil.which("deepstack")
     write_space(tmp_path / "orphans.toml", hops=(0.5, 1.0, 2.0))  # enough chunks that the workers are still busy
     parent = subprocess.Popen([exe, "sweep", "--mode", "exhaustive", "--space", "orphans.toml", "--out", "out",
-                               "--workers", "2", "--json"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE)
+                               "--workers", "2", *flags, "--json"], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
     try:
         workers = _poll(lambda: (c := _children(parent.pid)) and len(c) >= 2 and c, "the sweep's two workers")
+        _poll(ready, "the sweep to start")
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait()
         _poll(lambda: not any(_alive(pid) for pid in workers), f"workers {sorted(workers)} to end")
@@ -73,6 +75,21 @@ def test_sigkilled_sweep_takes_its_workers_with_it(tmp_path):
             parent.kill()
             parent.wait()
     assert parent.returncode == -signal.SIGKILL
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_sigkilled_sweep_takes_its_workers_with_it(tmp_path):
+    _sigkill_sweep_and_wait_for_its_workers(tmp_path)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+def test_sigkilled_dask_sweep_takes_its_local_cluster_with_it(tmp_path):
+    """``--backend dask`` starts a LocalCluster whose worker processes are children of the sweep: Dask's own
+    guard (each worker process exits when the pipe from its parent closes, distributed/process.py) must end them
+    when the sweep is SIGKILLed."""
+    pytest.importorskip("dask.distributed")
+    _sigkill_sweep_and_wait_for_its_workers(tmp_path, "--backend", "dask",
+                                            ready=lambda: (tmp_path / "out" / "chunks").is_dir())
 
 
 def _report_parent(path: str) -> None:
@@ -85,29 +102,3 @@ def test_spawned_workers_are_guarded_too(tmp_path):
     out = tmp_path / "ppid"
     assert executor.run_spawned(_report_parent, [(str(out),)]) == [0]
     assert int(out.read_text()) == os.getpid()
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-def test_sigkilled_dask_sweep_takes_its_local_cluster_with_it(tmp_path):
-    """``--backend dask`` starts a LocalCluster whose worker processes are children of the sweep: Dask's own
-    guard (each worker process exits when the pipe from its parent closes, distributed/process.py) must end them
-    when the sweep is SIGKILLed."""
-    pytest.importorskip("dask.distributed")
-    exe = Path(sys.executable).parent / "deepstack"
-    exe = str(exe) if exe.exists() else shutil.which("deepstack")
-    write_space(tmp_path / "orphans.toml", hops=(0.5, 1.0, 2.0))
-    parent = subprocess.Popen([exe, "sweep", "--mode", "exhaustive", "--space", "orphans.toml", "--out", "out",
-                               "--workers", "2", "--backend", "dask", "--json"], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        # the cluster's two worker processes (Dask may add a helper child, e.g. a resource tracker)
-        workers = _poll(lambda: (c := _children(parent.pid)) and len(c) >= 2 and c, "the cluster's workers")
-        _poll(lambda: (tmp_path / "out" / "chunks").is_dir(), "the sweep's first chunk")  # the workers are busy
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait()
-        _poll(lambda: not any(_alive(pid) for pid in workers), f"workers {sorted(workers)} to end")
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait()
-    assert parent.returncode == -signal.SIGKILL
