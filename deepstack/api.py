@@ -368,13 +368,14 @@ def run_compare(*, study: str, storage: str | None, sweep_dir: str) -> dict[str,
     return compare(study=study, storage=storage or f"sqlite:///studies/{study}.db", sweep_dir=sweep_dir)
 
 
-def network_accuracy(*, plot: str | None = None) -> dict[str, Any]:
-    """The network model against the packet-level reference (``validation/ns3_collectives.csv``); with ``plot``,
-    also a PNG of every panel written there (its folder must exist)."""
+def network_accuracy(*, plot: str | None = None, reference: str | None = None) -> dict[str, Any]:
+    """The network model against the packet-level reference (``validation/ns3_collectives.csv``, or the file
+    ``reference`` in its format); with ``plot``, also a PNG of every panel written there (its folder must
+    exist)."""
     from deepstack.accuracy import network as accuracy
 
     _check_plot_folder(plot)
-    result = accuracy.network_accuracy()
+    result = accuracy.network_accuracy(_reference_file(reference))
     return _with_plot(result.as_dict(), plot, lambda path: accuracy.plot(result, path))
 
 
@@ -384,6 +385,18 @@ def _check_plot_folder(plot: str | None) -> None:
 
     if plot is not None and not Path(plot).parent.is_dir():
         raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+
+
+def _reference_file(reference: str | None):
+    """An accuracy command's ``--reference`` file (None: the shipped one), checked to exist before any work."""
+    from pathlib import Path
+
+    if reference is None:
+        return None
+    if not Path(reference).is_file():
+        raise UserInputError(f"--reference: {reference} is not a file; give a CSV in the shipped file's format "
+                             "(validation/README.md)")
+    return Path(reference)
 
 
 def _with_plot(data: dict[str, Any], plot: str | None, draw) -> dict[str, Any]:
@@ -408,13 +421,14 @@ def _serving_summary() -> list[dict[str, Any]]:
             for key, score in scores.items() if " " in key or key in ("graphs", "eager")]
 
 
-def serving_accuracy(*, plot: str | None = None) -> dict[str, Any]:
-    """The GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``); with ``plot``,
-    also a PNG of predicted vs measured throughput written there (its folder must exist)."""
+def serving_accuracy(*, plot: str | None = None, reference: str | None = None) -> dict[str, Any]:
+    """The GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``, or the file
+    ``reference`` in its format: any catalog GPU system and model); with ``plot``, also a PNG of predicted vs
+    measured throughput written there (its folder must exist)."""
     from deepstack.accuracy import serving
 
     _check_plot_folder(plot)
-    data = serving.serving_accuracy()
+    data = serving.serving_accuracy(_reference_file(reference))
     return _with_plot(data, plot, lambda path: serving.plot(data, path))
 
 
@@ -437,13 +451,14 @@ def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | 
     return {"system": system, **result.as_dict(), "dtype": dtype}
 
 
-def kernels_accuracy(*, plot: str | None = None) -> dict[str, Any]:
-    """The distributed-kernel model against measurements on 8×H100 (``validation/h100_kernels.csv``); with
-    ``plot``, also a PNG of predicted vs measured time written there (its folder must exist)."""
+def kernels_accuracy(*, plot: str | None = None, reference: str | None = None) -> dict[str, Any]:
+    """The distributed-kernel model against measurements on 8×H100 (``validation/h100_kernels.csv``, or the file
+    ``reference`` in its format); with ``plot``, also a PNG of predicted vs measured time written there (its
+    folder must exist)."""
     from deepstack.accuracy import kernels
 
     _check_plot_folder(plot)
-    result = kernels.kernel_accuracy()
+    result = kernels.kernel_accuracy(path=_reference_file(reference))
     return _with_plot(result.as_dict(), plot, lambda path: kernels.plot(result, path))
 
 

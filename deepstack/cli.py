@@ -574,9 +574,14 @@ def accuracy_group(
     typer.echo(ctx.get_help())
 
 
+ReferenceOption = Annotated[str | None, typer.Option(
+    "--reference", help="A CSV in the shipped file's format (validation/README.md) to check instead of it.")]
+
+
 @accuracy_app.command("network")
 def accuracy_network(
     plot: Annotated[str | None, typer.Option(help="Write a PNG of every panel (log-log time vs bytes) here.")] = None,
+    reference: ReferenceOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Compare the collective model with ASTRA-sim NS-3 simulations (validation/ns3_collectives.csv): weighted and
@@ -584,7 +589,7 @@ def accuracy_network(
 
     Example: deepstack accuracy network --plot network-accuracy.png
     """
-    result = api.network_accuracy(plot=plot)
+    result = api.network_accuracy(plot=plot, reference=reference)
     if json_out:
         report.print_json(result)
         return
@@ -631,6 +636,7 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
 @accuracy_app.command("serving")
 def accuracy_serving(
     plot: Annotated[str | None, typer.Option(help="Write a PNG of predicted vs measured throughput here.")] = None,
+    reference: ReferenceOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Compare the GPU serving model with measured vLLM decode on 8×B200 (validation/vllm_b200.csv): MAPE of the
@@ -638,24 +644,25 @@ def accuracy_serving(
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
-    result = api.serving_accuracy(plot=plot)
+    result = api.serving_accuracy(plot=plot, reference=reference)
     if json_out:
         report.print_json(result)
         return
+    constants = "; ".join(f"{system}: host_step_us {c['host_step_us']:g}, eager_op_us {c['eager_op_us']:g}"
+                          for system, c in result["constants"].items())
     report.console.print(f"reference {result['reference']}: {len(result['rows'])} rows on {result['system']} "
-                         f"({result['parallel']}); calibrated host_step_us {result['host_step_us']:g}, "
-                         f"eager_op_us {result['eager_op_us']:g}", markup=False, highlight=False)
+                         f"({result['parallel']}); calibrated constants {constants}", markup=False, highlight=False)
     report.table("MAPE of the system decode throughput (%)",
                  [{"group": key, **score} for key, score in result["scores"].items()], ["group", "mape_pct", "rows"])
-    report.table("rows", result["rows"], ["model", "mode", "batch", "measured_tps", "model_tps", "measured_step_ms",
-                                          "model_step_ms", "error_pct"])
-    if plot is not None:
-        report.console.print(f"plot: {result['plot']}", markup=False, highlight=False)
+    report.table("rows", result["rows"], ["label", "parallel", "mode", "batch", "measured_tps", "model_tps",
+                                          "measured_step_ms", "model_step_ms", "error_pct"])
+    _failures_and_plot(result, plot)
 
 
 @accuracy_app.command("kernels")
 def accuracy_kernels(
     plot: Annotated[str | None, typer.Option(help="Write a PNG of predicted vs measured kernel time here.")] = None,
+    reference: ReferenceOption = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Compare the distributed-kernel model with measured Triton-distributed kernels on 8×H100
@@ -664,7 +671,7 @@ def accuracy_kernels(
 
     Example: deepstack accuracy kernels --plot kernels-accuracy.png
     """
-    result = api.kernels_accuracy(plot=plot)
+    result = api.kernels_accuracy(plot=plot, reference=reference)
     if json_out:
         report.print_json(result)
         return

@@ -68,8 +68,8 @@ def test_catalog_nocs_lists_table3_with_device_counts(cli):
 
 def test_catalog_systems(cli):
     rows = {row["name"]: row for row in cli("catalog", "systems", "--json").json()}
-    assert set(rows) == {"dgx-h100", "dgx-h200", "dgx-b200", "mi325x-4"}
-    assert rows["dgx-h100"]["devices"] == 8 and rows["mi325x-4"]["devices"] == 4
+    assert set(rows) == {"dgx-h100", "dgx-h200", "dgx-b200", "mi325x-4", "mi325x-8"}
+    assert rows["dgx-h100"]["devices"] == 8 and rows["mi325x-4"]["devices"] == 4 and rows["mi325x-8"]["devices"] == 8
     # spec-sheet peaks (docs/calibration.md §5, AMD data sheet): dense FP16 TFLOPS and HBM per GPU
     assert rows["dgx-h100"]["fp16_tflops_per_device"] == pytest.approx(989, rel=0.01)
     assert rows["dgx-b200"]["fp16_tflops_per_device"] == pytest.approx(2250, rel=0.01)

@@ -20,7 +20,6 @@ shipped value is its calibration on the AG-GEMM and GEMM-RS rows (:func:`calibra
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from typing import Any
 
 import deepstack
 from deepstack import catalog
+from deepstack.accuracy.files import read_csv
 from deepstack.accuracy.network import weighted_error_pct
 from deepstack.errors import UserInputError
 from deepstack.models.kernels import DEFAULT_CONSTANTS, KernelConstants, kernel_time, parse_tile
@@ -111,12 +111,17 @@ def reference_path() -> Path:
 def read_reference(path: Path | None = None) -> list[dict[str, str]]:
     """The rows of the reference file, as strings, each checked to name a known kernel kind."""
     path = path or reference_path()
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(path)
     for line, row in enumerate(rows, start=2):
-        if row.get("kernel", "").split(" ")[0] not in KINDS:
+        if (row.get("kernel") or "").split(" ")[0] not in KINDS:
             raise UserInputError(f"reference file: {path} line {line}: kernel must start with one of "
                                  f"{', '.join(KINDS)}")
+        needed = ("point_index", "measured_time_ms", *COLUMNS[row_kind(row)].values())
+        try:
+            [float(row[column]) for column in needed]
+        except (KeyError, TypeError, ValueError):
+            raise UserInputError(f"reference file: {path} line {line}: a {row_kind(row)} row needs numbers in "
+                                 f"{', '.join(needed)}") from None
     return rows
 
 
@@ -152,21 +157,22 @@ def _evaluate(row: dict[str, str], constants: KernelConstants) -> tuple[RowResul
         failure = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     kind = row_kind(row)
     shape = " ".join(f"{field}={int(float(row[column]))}" for field, column in COLUMNS[kind].items())
-    return RowResult(kind, int(row["point_index"]), shape, ref, model,
+    return RowResult(kind, int(float(row["point_index"])), shape, ref, model,
                      None if model is None else (model - ref) / ref), failure
 
 
 def kernel_accuracy(constants: KernelConstants = DEFAULT_CONSTANTS, rows: list[dict[str, str]] | None = None,
-                    ) -> KernelAccuracy:
-    """Compare the kernel model (with ``constants``) with every row of the reference file (or ``rows``)."""
-    rows = read_reference() if rows is None else rows
+                    path: Path | None = None) -> KernelAccuracy:
+    """Compare the kernel model (with ``constants``) with every row of the reference file (``path``, default the
+    shipped one; or ``rows``)."""
+    rows = read_reference(path) if rows is None else rows
     evaluated = [_evaluate(row, constants) for row in rows]
     results = tuple(result for result, _ in evaluated)
     compared = [r for r in results if r.error is not None]
     kinds: dict[str, list[tuple[float, float]]] = {}
     for r in compared:
         kinds.setdefault(r.kind, []).append((r.ref_ms, r.model_ms))
-    return KernelAccuracy(str(reference_path()), results, {k: score(p) for k, p in kinds.items()},
+    return KernelAccuracy(str(path or reference_path()), results, {k: score(p) for k, p in kinds.items()},
                           score([(r.ref_ms, r.model_ms) for r in compared]),
                           tuple((r, f) for r, f in evaluated if f is not None), constants)
 

@@ -32,7 +32,6 @@ whose model call raises is a failure, listed with its error.
 
 from __future__ import annotations
 
-import csv
 import math
 import statistics
 from collections.abc import Iterable, Sequence
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import deepstack
+from deepstack.accuracy.files import read_csv
 from deepstack.errors import UserInputError
 from deepstack.models.collectives import collective_time
 from deepstack.models.network import NetworkTopology, TopologyLevel
@@ -200,8 +200,7 @@ def reference_path() -> Path:
 
 def read_reference(path: Path) -> list[dict[str, str]]:
     """The rows of a reference file, as strings."""
-    with path.open(newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_csv(path)
 
 
 def header_bytes_per_packet(row: dict[str, str]) -> int:

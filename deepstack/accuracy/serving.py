@@ -1,14 +1,21 @@
-"""Accuracy of the GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``).
+"""Accuracy of the GPU serving model against measured vLLM decode (``validation/vllm_b200.csv``, or any file of
+the same columns given with ``deepstack accuracy serving --reference FILE``).
 
-Every row is one vLLM benchmark run (TP8, input 1,024 and output 1,024 tokens, batch B, CUDA graphs or eager).
-:func:`serving_accuracy` models it as ``deepstack evaluate --system dgx-b200 --model M --parallel tp=8 --phase
-decode --batch B`` does, with ``cuda_graphs`` set as the row ran, and compares the system decode throughput
-(``measured_system_decode_tps`` against the report's ``stps``).
+Every row is one vLLM benchmark run (its GPUs, model, parallel sizes, input and output lengths, batch B, CUDA
+graphs or eager). :func:`serving_accuracy` models it as ``deepstack evaluate --system S --model M --parallel P
+--phase decode --batch B`` does, with ``cuda_graphs`` set as the row ran, and compares the system decode
+throughput (``measured_system_decode_tps`` against the report's ``stps``).
 
-* **Model and precision.** DeepSeek-V3 with its FP8 weights (its catalog default ``a16w8``: block-FP8 linears,
-  BF16 activations and KV cache); Llama-3.3-70B in BF16.
-* **Parallelism.** ``tp=8`` for attention and FFN: vLLM's TP8 without ``--enable-expert-parallel`` shards every
-  expert's intermediate dimension over the 8 ranks (fused MoE), which is what the evaluator's ``tp=8`` runs.
+* **System.** The ``hardware`` column ("8x NVIDIA B200") names the catalog's GPU system with that many of that
+  GPU (:data:`GPU_SYSTEMS`); a ``system`` column, when present, names one directly.
+* **Model and precision.** The ``model`` column names a catalog model by its words ("DeepSeek-V3", "Llama-3
+  70B" → deepseek-v3, llama-3.3-70b; :func:`model_name`); a ``catalog_model`` column names one directly and a
+  ``precision`` column (a16w8, …) overrides the model's default. DeepSeek-V3 runs its FP8 weights (its catalog
+  default ``a16w8``: block-FP8 linears, BF16 activations and KV cache); Llama-3.3-70B runs BF16.
+* **Parallelism** (:func:`vllm_schedule`). vLLM's ``tp``, ``dp``, ``pp`` and ``ep``: attention runs TP within
+  each of the DP replicas; without ``--enable-expert-parallel`` (``ep`` 1) vLLM shards every expert's
+  intermediate dimension over all tp × dp GPUs (fused MoE), with it (``ep`` = tp × dp) each GPU holds whole
+  experts. The shipped rows are TP8 without EP: ``tp=8``.
 * **KV length.** A decode step is timed at the mean context over the output, input + output / 2 = 1,536 keys
   (the evaluator's decode default): the throughput averages over steps whose context grows linearly from 1,024
   to 2,048, and the step time is linear in the context, so the mean context gives the mean step.
@@ -19,19 +26,20 @@ decode --batch B`` does, with ``cuda_graphs`` set as the row ran, and compares t
 The calibrated constants (``host_step_us``, ``eager_op_us`` of the system's ``gpu`` table) enter every step
 additively or as a maximum, so :func:`calibrate` re-fits them cheaply from one evaluation per row with both at
 zero; :func:`cross_validate` fits them on one model's rows and scores the other model's
-(docs/calibration.md §GPU execution).
+(docs/calibration.md §GPU execution). A row is scored with its own system's shipped constants.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import deepstack
-from deepstack.catalog import load
+from deepstack.accuracy.files import read_csv
+from deepstack.catalog import load, names
 from deepstack.errors import UserInputError
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
@@ -40,10 +48,10 @@ from deepstack.models.gpu.host import TRITON_LAUNCH_S
 from deepstack.models.gpu.kernels import step_kernels
 from deepstack.schema import Scenario, Schedule
 
-SYSTEM = "dgx-b200"
-PARALLEL = "tp=8"
 MAX_NUM_SEQS = 1024  # vLLM's default concurrency cap on GPUs with ≥ 70 GiB (vllm/engine/arg_utils.py)
-MODELS = {"DeepSeek-V3": "deepseek-v3", "Llama-3 70B": "llama-3.3-70b"}
+# (GPU, how many) as a reference file's hardware column names them → the catalog system that is that machine
+GPU_SYSTEMS = {("b200", 8): "dgx-b200", ("h100", 8): "dgx-h100", ("h200", 8): "dgx-h200",
+               ("mi325x", 4): "mi325x-4", ("mi325x", 8): "mi325x-8"}
 REQUIRED = ("model", "tp", "batch", "input_len", "output_len", "cuda_graphs", "measured_system_decode_tps")
 
 
@@ -60,6 +68,9 @@ class Row:
     base_s: float  # the step with both calibrated constants at zero
     host_ops: int  # PyTorch calls of an eager step (models/gpu/kernels.py)
     triton_kernels: int
+    system: str = "dgx-b200"
+    parallel: str = "tp=8"
+    constants: tuple[float, float] = (0.0, 0.0)  # the system's shipped (host_step_us, eager_op_us)
 
     def step_s(self, host_step_us: float, eager_op_us: float) -> float:
         """The modelled step time with these calibrated constants (what ``evaluate`` gives with them)."""
@@ -76,9 +87,10 @@ class Row:
     def predicted_tps(self, host_step_us: float, eager_op_us: float) -> float:
         return self.batch / self.step_s(host_step_us, eager_op_us)
 
-    def error(self, constants: tuple[float, float]) -> float:
-        """Signed relative error of the throughput, (model − measured) / measured."""
-        return self.predicted_tps(*constants) / self.measured_tps - 1
+    def error(self, constants: tuple[float, float] | None = None) -> float:
+        """Signed relative error of the throughput, (model − measured) / measured; ``constants`` None scores the
+        row with its own system's shipped constants."""
+        return self.predicted_tps(*(constants or self.constants)) / self.measured_tps - 1
 
 
 def reference_path() -> Path:
@@ -90,47 +102,114 @@ def reference_path() -> Path:
 
 def read_rows(path: Path | None = None) -> list[dict[str, str]]:
     path = path or reference_path()
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_csv(path)
     if not rows or any(column not in rows[0] for column in REQUIRED):
         raise UserInputError(f"reference file: {path} needs the columns {', '.join(REQUIRED)}")
     return rows
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
 def model_name(text: str) -> str:
-    for prefix, name in MODELS.items():
-        if text.startswith(prefix):
-            return name
-    raise UserInputError(f"reference file: model {text!r} is not one of {', '.join(MODELS)}")
+    """The catalog model a reference file's model column names: the one catalog name whose words contain every
+    word of the column (its "(display: …)" part dropped), e.g. "Llama-3 70B" → llama-3.3-70b."""
+    wanted = _words(text.split("(display:")[0])
+    matches = [name for name in names("llms") if wanted and all(
+        _words(name).count(word) >= wanted.count(word) for word in set(wanted))]
+    if len(matches) != 1:
+        found = f"it matches {', '.join(matches)}" if matches else "no catalog model has all its words"
+        raise UserInputError(f"reference file: model {text!r}: {found}; name one of {', '.join(names('llms'))} "
+                             "(or add a catalog_model column)")
+    return matches[0]
 
 
-def shipped_constants() -> tuple[float, float]:
-    """(host_step_us, eager_op_us) of the catalog's dgx-b200."""
-    gpu = load("systems", SYSTEM).architecture.gpu
+def system_name(raw: dict[str, str]) -> str:
+    """The catalog system a row ran on: its ``system`` column, else its ``hardware`` column ("8x NVIDIA B200")
+    looked up in :data:`GPU_SYSTEMS`."""
+    if raw.get("system", "").strip():
+        return raw["system"].strip()
+    hardware = raw.get("hardware", "")
+    count = re.match(r"\s*(\d+)\s*[x×]", hardware)
+    words = "".join(_words(hardware))
+    for (gpu, gpus), system in GPU_SYSTEMS.items():
+        if count and int(count.group(1)) == gpus and gpu in words:
+            return system
+    known = ", ".join(f"{gpus}x {gpu.upper()} → {system}" for (gpu, gpus), system in GPU_SYSTEMS.items())
+    raise UserInputError(f"reference file: hardware {hardware!r} is none of the catalog's GPU systems ({known}); "
+                         f"add a system column naming one of {', '.join(names('systems'))}")
+
+
+def vllm_schedule(tp: int, ep: int, dp: int, pp: int, moe: bool) -> str:
+    """vLLM's parallel sizes as a DeepStack schedule: attention TP within each DP replica; the experts sharded
+    by TP over all tp × dp GPUs, or held whole by each GPU with ``--enable-expert-parallel`` (ep = tp × dp)."""
+    if ep not in (1, tp * dp):
+        raise UserInputError(f"reference file: ep={ep} with tp={tp}, dp={dp}; vLLM's expert parallelism spans all "
+                             f"tp × dp = {tp * dp} GPUs, so ep must be 1 or {tp * dp}")
+    attention = f"tp={tp}" + (f",dp={dp}" if dp > 1 else "")
+    stages = f";pp={pp}" if pp > 1 else ""
+    if not moe or (ep == 1 and dp == 1):
+        return attention + stages
+    experts = f"ep={ep}" if ep > 1 else f"tp={tp * dp}"
+    return f"attn:{attention};moe:{experts}{stages}"
+
+
+def shipped_constants(system: str = "dgx-b200") -> tuple[float, float]:
+    """(host_step_us, eager_op_us) of a catalog GPU system (default: the dgx-b200 they were calibrated on)."""
+    gpu = load("systems", system).architecture.gpu
+    if gpu is None:
+        raise UserInputError(f"reference file: system {system!r} is not a GPU system (it has no gpu table)")
     return gpu.host_step_us, gpu.eager_op_us
 
 
-def modelled_rows(path: Path | None = None) -> list[Row]:
-    """Every reference row with its constant-free step (one evaluation per distinct configuration)."""
-    system = load("systems", SYSTEM)
+def modelled_rows(path: Path | None = None, failures: list[dict[str, Any]] | None = None) -> list[Row]:
+    """Every reference row with its constant-free step (one evaluation per row). A run the model finds
+    infeasible (it does not fit the GPUs' memory, say) is listed in ``failures`` and left out, or, without a
+    ``failures`` list, is an error."""
+    out = []
+    for number, raw in enumerate(read_rows(path), start=2):  # line 1 is the header
+        try:
+            row, violations = _modelled_row(raw)
+        except (KeyError, ValueError) as exc:
+            raise UserInputError(f"reference file: line {number}: {exc}; every column of "
+                                 f"{', '.join(REQUIRED)} needs a value (integers for sizes, True/False for "
+                                 "cuda_graphs)") from None
+        except UserInputError as exc:
+            raise UserInputError(f"line {number}: {exc}") from None
+        if violations:
+            problem = f"{row.model} on {row.system} ({row.parallel}), batch {row.batch}: infeasible: {violations}"
+            if failures is None:
+                raise UserInputError(f"reference file: line {number}: {problem}")
+            failures.append({"line": number, "problem": problem})
+            continue
+        out.append(row)
+    return out
+
+
+def _modelled_row(raw: dict[str, str]) -> tuple[Row, str]:
+    """The row's constant-free step, and what makes it infeasible (empty when it runs)."""
+    system_id = system_name(raw)
+    system = load("systems", system_id)
+    constants = shipped_constants(system_id)
     gpu = system.architecture.gpu.model_copy(update={"host_step_us": 0.0, "eager_op_us": 0.0})
     chip = system.architecture.model_copy(update={"gpu": gpu})
-    schedule = Schedule.parse(PARALLEL)
-    out = []
-    for raw in read_rows(path):
-        model = model_name(raw["model"])
-        batch, graphs = int(raw["batch"]), raw["cuda_graphs"].strip() == "True"
-        steps_batch = min(batch, MAX_NUM_SEQS)
-        scenario = Scenario(model=model, phase="decode", batch=steps_batch, input_len=int(raw["input_len"]),
-                            output_len=int(raw["output_len"]), cuda_graphs=graphs)
-        point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=system.network)
-        report = evaluate(point, with_ttft=False, breakdown=False)
-        layers = _layers(scenario)
-        kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8)
-        out.append(Row(model, batch, graphs, float(raw["measured_system_decode_tps"]), steps_batch,
-                       uses_graphs(gpu, scenario, schedule), 1.0 / report.metrics.utps, kernels.host_ops,
-                       kernels.triton))
-    return out
+    model = raw.get("catalog_model", "").strip() or model_name(raw["model"])
+    batch, graphs = int(raw["batch"]), raw["cuda_graphs"].strip().lower() == "true"
+    steps_batch = min(batch, MAX_NUM_SEQS)
+    scenario = Scenario(model=model, phase="decode", batch=steps_batch, input_len=int(raw["input_len"]),
+                        output_len=int(raw["output_len"]), cuda_graphs=graphs,
+                        precision=raw.get("precision", "").strip() or None)
+    sizes = {key: int(raw.get(key, "").strip() or 1) for key in ("tp", "ep", "dp", "pp")}
+    parallel = vllm_schedule(**sizes, moe=scenario.model.moe is not None)
+    schedule = Schedule.parse(parallel)
+    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=system.network)
+    report = evaluate(point, with_ttft=False, breakdown=False)
+    kernels = step_kernels(scenario.model, _layers(scenario), scenario.precision.weight_bits == 8)
+    row = Row(model, batch, graphs, float(raw["measured_system_decode_tps"]), steps_batch,
+              uses_graphs(gpu, scenario, schedule), 1.0 / report.metrics.utps, kernels.host_ops, kernels.triton,
+              system_id, parallel, constants)
+    return row, "; ".join(report.violations)
 
 
 def _layers(scenario: Scenario) -> dict[str, int]:
@@ -142,16 +221,25 @@ def _layers(scenario: Scenario) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------- scores
 
 
-def mape_pct(rows: list[Row], constants: tuple[float, float]) -> float:
+def mape_pct(rows: list[Row], constants: tuple[float, float] | None = None) -> float:
+    """MAPE (%) of ``rows`` with ``constants`` (None: each row's own system's shipped constants)."""
     return 100 * sum(abs(r.error(constants)) for r in rows) / len(rows) if rows else float("nan")
 
 
-def scores(rows: list[Row], constants: tuple[float, float]) -> dict[str, dict[str, float]]:
-    """MAPE (%) per model and mode, per model, per mode and overall, with row counts."""
+def label(row: Row, rows: list[Row]) -> str:
+    """A row's model, prefixed by its system when the rows span several systems."""
+    return row.model if len({r.system for r in rows}) == 1 else f"{row.system} {row.model}"
+
+
+def scores(rows: list[Row], constants: tuple[float, float] | None = None) -> dict[str, dict[str, float]]:
+    """MAPE (%) per model and mode, per model, per mode and overall (per system too when there are several),
+    with row counts."""
     groups: dict[str, list[Row]] = {"all": rows}
+    several = len({r.system for r in rows}) > 1
     for r in rows:
         mode = "graphs" if r.graphs else "eager"
-        for key in (f"{r.model} {mode}", r.model, mode):
+        name = label(r, rows)
+        for key in (f"{name} {mode}", name, mode, *((r.system,) if several else ())):
             groups.setdefault(key, []).append(r)
     return {key: {"mape_pct": mape_pct(group, constants), "rows": len(group)} for key, group in groups.items()}
 
@@ -185,32 +273,40 @@ def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
 
 
 def serving_accuracy(path: Path | None = None) -> dict[str, Any]:
-    """Every row against the model with the shipped constants, and the scores (plain data for JSON)."""
-    rows = modelled_rows(path)
-    constants = shipped_constants()
+    """Every row against the model with its system's shipped constants, and the scores (plain data for JSON)."""
+    failures: list[dict[str, Any]] = []
+    rows = modelled_rows(path, failures)
+    if not rows:
+        raise UserInputError(f"reference file: no row of {path or reference_path()} is feasible on its system: "
+                             f"{failures[0]['problem'] if failures else 'the file has no rows'}")
+    systems = sorted({r.system for r in rows})
+    single = rows[0].constants if len(systems) == 1 else (None, None)
     return {
-        "reference": str(path or reference_path()), "system": SYSTEM, "parallel": PARALLEL,
-        "host_step_us": constants[0], "eager_op_us": constants[1],
-        "scores": scores(rows, constants),
-        "rows": [{**dataclasses.asdict(r), "mode": "graphs" if r.graphs else "eager",
+        "reference": str(path or reference_path()), "system": ", ".join(systems),
+        "parallel": ", ".join(sorted({r.parallel for r in rows})),
+        "host_step_us": single[0], "eager_op_us": single[1],
+        "constants": {r.system: {"host_step_us": r.constants[0], "eager_op_us": r.constants[1]} for r in rows},
+        "scores": scores(rows), "failures": failures,
+        "rows": [{**dataclasses.asdict(r), "label": label(r, rows), "mode": "graphs" if r.graphs else "eager",
                   "measured_step_ms": 1e3 * r.batch / r.measured_tps,
-                  "model_step_ms": 1e3 * r.batch / r.predicted_tps(*constants),
-                  "model_tps": r.predicted_tps(*constants), "error_pct": 100 * r.error(constants)} for r in rows],
+                  "model_step_ms": 1e3 * r.batch / r.predicted_tps(*r.constants),
+                  "model_tps": r.predicted_tps(*r.constants), "error_pct": 100 * r.error()} for r in rows],
     }
 
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
-    """A PNG per model: measured and modelled system decode throughput against batch, graphs and eager."""
+    """A PNG panel per model (per system and model when several): measured and modelled system decode
+    throughput against batch, graphs and eager."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    models = sorted({r["model"] for r in result["rows"]})
+    models = sorted({r["label"] for r in result["rows"]})
     fig, axes = plt.subplots(1, len(models), squeeze=False, figsize=(5.5 * len(models), 4))
     for ax, model in zip(axes[0], models, strict=True):
         for mode, colour in (("graphs", "C0"), ("eager", "C1")):
-            rows = sorted((r for r in result["rows"] if r["model"] == model and r["mode"] == mode),
+            rows = sorted((r for r in result["rows"] if r["label"] == model and r["mode"] == mode),
                           key=lambda r: r["batch"])
             ax.plot([r["batch"] for r in rows], [r["measured_tps"] for r in rows], "o", color=colour,
                     label=f"vLLM {mode}")
@@ -222,8 +318,9 @@ def plot(result: dict[str, Any], path: str | Path) -> Path:
         ax.minorticks_off()
         ax.set_xlabel("batch")
         ax.set_ylabel("system decode tokens/s")
-        ax.set_title(f"{model} on 8×B200 TP8: MAPE graphs {score[f'{model} graphs']['mape_pct']:.1f} %, "
-                     f"eager {score[f'{model} eager']['mape_pct']:.1f} %", fontsize=9)
+        mapes = ", ".join(f"{mode} {score[f'{model} {mode}']['mape_pct']:.1f} %" for mode in ("graphs", "eager")
+                          if f"{model} {mode}" in score)
+        ax.set_title(f"{model} on {result['system']} ({result['parallel']}): MAPE {mapes}", fontsize=9)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=90)

@@ -9,6 +9,8 @@ import pytest
 
 from deepstack.accuracy import serving
 from deepstack.api import evaluate
+from deepstack.errors import UserInputError
+from deepstack.schema import Schedule
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +84,113 @@ def test_cli_serving_table_plot_and_cross_validation(cli, tmp_path):
     assert table.code == 0, table.err
     for needle in ("llama-3.3-70b", "deepseek-v3", "moe-gemm-ar", "ep-dispatch", "ulysses"):
         assert needle in table.out
+
+
+# ---------------------------------------------------------------------------------------------- other files
+# `deepstack accuracy serving --reference FILE` checks any file of the shipped columns: held-out measurements of
+# other models, GPUs and vLLM parallel layouts are scored the same way, with each system's shipped constants.
+
+HEADER = "model,hardware,tp,ep,dp,pp,batch,input_len,output_len,eager_mode,cuda_graphs,measured_system_decode_tps\n"
+
+
+@pytest.mark.parametrize(("text", "name"), [
+    ("DeepSeek-V3 (display: DeepSeek V3)", "deepseek-v3"), ("Llama-3 70B (display: Llama3 70B)", "llama-3.3-70b"),
+    ("Llama 3.1 405B", "llama-3.1-405b"), ("Qwen3-235B", "qwen3-235b-a22b"), ("DeepSeek-R1", "deepseek-r1"),
+    ("Mixtral 8x7B", "mixtral-8x7b")])
+def test_model_column_names_one_catalog_model(text, name):
+    assert serving.model_name(text) == name
+
+
+@pytest.mark.parametrize("text", ["Llama", "DeepSeek", "GPT-4 1.8T", ""])
+def test_model_column_that_names_none_or_several_is_an_error(text):
+    with pytest.raises(UserInputError, match="catalog_model column"):
+        serving.model_name(text)
+
+
+@pytest.mark.parametrize(("sizes", "moe", "schedule"), [
+    ((8, 1, 1, 1), True, "tp=8"),  # the shipped rows: TP8, experts sharded by TP
+    ((8, 8, 1, 1), True, "attn:tp=8;moe:ep=8"),  # --enable-expert-parallel: whole experts per GPU
+    ((4, 1, 2, 1), True, "attn:tp=4,dp=2;moe:tp=8"),  # DP attention, experts TP over all tp × dp GPUs
+    ((2, 8, 4, 1), True, "attn:tp=2,dp=4;moe:ep=8"),
+    ((4, 1, 2, 1), False, "tp=4,dp=2"),  # a dense model's FFN follows attention
+    ((8, 1, 1, 2), False, "tp=8;pp=2")])
+def test_vllm_parallel_sizes_as_a_schedule(sizes, moe, schedule):
+    text = serving.vllm_schedule(*sizes, moe=moe)
+    assert text == schedule
+    tp, _, dp, pp = sizes
+    assert Schedule.parse(text).devices == tp * dp * pp
+
+
+def test_expert_parallel_must_span_the_tp_dp_gpus():
+    with pytest.raises(UserInputError, match="ep must be 1 or 8"):
+        serving.vllm_schedule(8, 4, 1, 1, moe=True)
+
+
+@pytest.mark.parametrize(("hardware", "system"), [("8x NVIDIA B200", "dgx-b200"), ("8x NVIDIA H100 SXM", "dgx-h100"),
+                                                  ("8× H200", "dgx-h200"), ("4x AMD Instinct MI325X", "mi325x-4"),
+                                                  ("8x AMD MI325X", "mi325x-8")])
+def test_hardware_column_names_a_catalog_system(hardware, system):
+    assert serving.system_name({"hardware": hardware}) == system
+    assert serving.system_name({"hardware": "whatever", "system": "dgx-h200"}) == "dgx-h200"
+
+
+def test_another_file_is_scored_row_by_row_as_evaluate_times_it(cli, tmp_path):
+    """A held-out-style file (other GPUs, models, layouts; one run that cannot fit): every scored row's step is
+    what `deepstack evaluate` gives for the same system, model, schedule and mode, its error is against the
+    file's measurement, and the run that does not fit is listed, not scored."""
+    ref = tmp_path / "held_out.csv"
+    ref.write_text(HEADER + "Llama-3.3-70B,8x AMD MI325X,8,1,1,1,1,1024,1024,False,True,100\n"
+                            "DeepSeek-R1,8x NVIDIA H200,8,8,1,1,64,1024,1024,False,True,2000\n"
+                            "Qwen3-235B,8x NVIDIA B200,4,1,2,1,32,1024,1024,True,False,1500\n"
+                            "Llama-3.1-405B,8x NVIDIA H100,8,1,1,1,16,1024,1024,False,True,300\n")
+    result = cli("accuracy", "serving", "--reference", str(ref), "--json")
+    assert result.code == 0, result.err
+    data = result.json()
+    expected = [("mi325x-8", "llama-3.3-70b", "tp=8", 1, True, 100), ("dgx-h200", "deepseek-r1",
+                "attn:tp=8;moe:ep=8", 64, True, 2000), ("dgx-b200", "qwen3-235b-a22b", "attn:tp=4,dp=2;moe:tp=8",
+                32, False, 1500)]
+    assert [(r["system"], r["model"], r["parallel"]) for r in data["rows"]] == [e[:3] for e in expected]
+    for row, (system, model, parallel, batch, graphs, measured) in zip(data["rows"], expected, strict=True):
+        report = evaluate(model=model, system=system, parallel=parallel, phase="decode", batch=batch,
+                          cuda_graphs=graphs, with_ttft=False, breakdown=False)
+        assert row["model_tps"] == pytest.approx(report.metrics.stps, rel=1e-9)
+        assert row["error_pct"] == pytest.approx(100 * (report.metrics.stps / measured - 1), rel=1e-9)
+    [failure] = data["failures"]
+    assert failure["line"] == 5
+    assert failure["problem"].startswith("llama-3.1-405b on dgx-h100 (tp=8), batch 16: infeasible: memory")
+    assert data["scores"]["mi325x-8 llama-3.3-70b graphs"]["rows"] == 1
+    assert data["scores"]["dgx-b200"]["rows"] == 1 and data["scores"]["all"]["rows"] == 3
+
+
+def test_the_shipped_file_given_as_a_reference_scores_the_same(cli):
+    for check in ("serving", "kernels", "network"):
+        shipped = cli("accuracy", check, "--json").json()
+        path = shipped["reference"]
+        again = cli("accuracy", check, "--reference", path, "--json").json()
+        assert again == shipped
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    (HEADER + "Llama-3.3-70B,8x Cerebras WSE,8,1,1,1,1,1024,1024,False,True,100\n", "hardware '8x Cerebras WSE'"),
+    (HEADER + "Llama,8x NVIDIA B200,8,1,1,1,1,1024,1024,False,True,100\n", "model 'Llama'"),
+    (HEADER + "DeepSeek-V3,8x NVIDIA B200,8,4,1,1,1,1024,1024,False,True,100\n", "ep must be 1 or 8"),
+    (HEADER + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,one,1024,1024,False,True,100\n", "line 2"),
+    ("model,batch\nLlama-3.3-70B,1\n", "needs the columns"),
+])
+def test_a_bad_reference_file_is_one_line_and_status_2(cli, tmp_path, body, needle):
+    ref = tmp_path / "bad.csv"
+    ref.write_text(body)
+    result = cli("accuracy", "serving", "--reference", str(ref))
+    assert result.code == 2
+    assert result.err.count("\n") == 1 and result.err.startswith("deepstack: error:")
+    assert needle in result.err
+
+
+@pytest.mark.parametrize("check", ["serving", "kernels", "network"])
+def test_a_missing_or_unreadable_reference_is_one_line_and_status_2(cli, tmp_path, check):
+    missing = cli("accuracy", check, "--reference", str(tmp_path / "none.csv"))
+    assert missing.code == 2 and "--reference" in missing.err and missing.err.count("\n") == 1
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe\x00\x01")
+    unreadable = cli("accuracy", check, "--reference", str(binary))
+    assert unreadable.code == 2 and "cannot read" in unreadable.err and unreadable.err.count("\n") == 1
