@@ -49,6 +49,23 @@ def test_kernel_counts_per_step():
     assert step_kernels(dsv3, {"dense": 3, "moe": 58}, True) == Kernels(2416, 3673, 720, 9341)
 
 
+def test_kernel_counts_of_other_families_follow_their_features():
+    qwen = load("llms", "qwen3-235b-a22b")
+    # BF16 Qwen3-MoE layer: GQA attention 8 kernels (norm, qkv, rotary, cache, attention 2, o_proj, all-reduce)
+    # + q/k norm 2; MoE: norm, router, align, w13, silu, w2, moe_sum, all-reduce 8 + softmax top-k and its
+    # renormalisation 2 (no grouped top-k, no shared expert, no FP8 quant) → 20 per layer, 94 × 20 + 12 = 1892.
+    # Host ops: attention 18 + q/k norm 8, MoE 25 + top-k 6 → 57 per layer, 94 × 57 + 15 = 5373; Triton: the two
+    # fused-MoE GEMMs per layer, 188
+    assert step_kernels(qwen, {"dense": 0, "moe": 94}, False) == Kernels(1892, 1986, 188, 5373)
+    # block-FP8 Qwen3 (Qwen3-235B-A22B-FP8): each of the 2 attention linears + 1 quant kernel, 1 Triton launch and
+    # 6 more host ops; the experts' 2 quants (Triton) and their 4 empties → 24 kernels, 6 Triton, 73 host ops
+    assert step_kernels(qwen, {"moe": 94}, True) == Kernels(94 * 24 + 12, 94 * 25 + 12, 94 * 6, 94 * 73 + 15)
+    mixtral = load("llms", "mixtral-8x7b")
+    # GQA without q/k norm: 8 + 10 = 18 kernels per layer, 25 + 18 + 6 = 49 host ops (eager: the renormalising
+    # sum and divide are 2 kernels, not 1)
+    assert step_kernels(mixtral, {"moe": 32}, False) == Kernels(32 * 18 + 12, 32 * 19 + 12, 64, 32 * 49 + 15)
+
+
 def test_host_rows_graph_and_eager():
     kernels = Kernels(1000, 1200, 100, 3000)
     graph = host_rows(B200, kernels, 5e-3, graphs=True)
