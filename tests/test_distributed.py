@@ -430,3 +430,35 @@ def test_doubling_every_link_never_lowers_stps(case, factor):
     assert math.isfinite(slow.metrics["stps"]) and slow.metrics["stps"] > 0
     assert fast.metrics["stps"] >= slow.metrics["stps"] * (1 - 1e-9)
     assert fast.hardware["pes_per_device"] == slow.hardware["pes_per_device"]
+
+
+# ------------------------------------------------------------------ per-module schedules: the FFN's own tokens
+
+
+def _expert_gate_up(model: str, batch: int, parallel: str, phase: str = "decode"):
+    from deepstack.models.compute.workload import build_workload
+
+    schedule = Schedule.parse(parallel)
+    scenario = Scenario(model=model, phase=phase, batch=batch)
+    layers = build_workload(scenario.model, scenario, schedule.attention, schedule.ffn, schedule.pp)
+    moe = next(layer for layer in layers if layer.kind == "moe")
+    return next(op for op in moe.ops if op.name == "expert_gate_up")
+
+
+def test_ffn_with_more_replicas_than_attention_splits_the_shared_tokens():
+    # attn:tp=8;moe:ep=8, DeepSeek-V3 decode b512: the 8 GPUs of the attention's TP group hold the same 512 tokens;
+    # the EP group routes those 512 (not 8 × 512): 512 × 8 / 8 = 512 copies per GPU on average, the busiest
+    # 512 · (1 + √(2 ln 8 / 512)) = 558.1 → 559, over its 32 experts (all touched) → ⌈559 / 32⌉ = 18 rows each
+    gate = _expert_gate_up("deepseek-v3", 512, "attn:tp=8;moe:ep=8")
+    assert (gate.groups, gate.m) == (32, 18)
+    # one request: its 8 experts' single token, not 8 devices' rounded-up request each
+    one = _expert_gate_up("deepseek-v3", 1, "attn:tp=8;moe:ep=8")
+    assert one.groups * one.m <= 8
+
+
+def test_ffn_with_fewer_replicas_than_attention_gathers_the_tokens():
+    # attn:dp=8;moe:tp=8 (DP attention, TP experts), b512: attention holds 64 requests per GPU, the FFN all 512
+    # (gathered at the module boundary); 512 × 8 = 4096 copies over the 256 experts → 16 rows each
+    gate = _expert_gate_up("deepseek-v3", 512, "attn:dp=8;moe:tp=8")
+    assert (gate.groups, gate.m) == (256, 16)
+    assert gate.m == _expert_gate_up("deepseek-v3", 512, "tp=8").m  # the same per-GPU work as flat TP8

@@ -113,3 +113,33 @@ def test_fused_moe_call_latency_per_moe_layer():
     assert latency_rows("llama-3.3-70b") == []
     # a system without a public figure pays nothing
     assert load("systems", "dgx-h100").architecture.gpu.moe_call_latency_us == 0.0
+
+
+def _comm_rows(report, layer: str) -> dict[str, float]:
+    return {op["name"]: op["time_s"] for op in report.as_dict()["breakdown"]["operators"]
+            if op["layer"] == layer and ("allreduce" in op["name"] or "a2a" in op["name"] or "reshape" in op["name"])}
+
+
+def test_vllm_expert_parallelism_inside_the_tp_group_all_reduces_instead_of_all_to_all():
+    from pathlib import Path
+
+    from deepstack.api import evaluate
+
+    # on a GPU system: vLLM's --enable-expert-parallel without DP keeps every token on every GPU, each GPU runs its
+    # own experts and the group all-reduces the sum: one all-reduce per FFN, the same size as attention's
+    gpu = evaluate(model="deepseek-v3", system="dgx-b200", parallel="attn:tp=8;moe:ep=8", phase="decode", batch=64,
+                   with_ttft=False)
+    for layer in ("moe", "dense"):
+        rows = _comm_rows(gpu, layer)
+        assert set(rows) == {"attn_tp_allreduce", "ffn_ep_allreduce"}
+        assert rows["ffn_ep_allreduce"] == pytest.approx(rows["attn_tp_allreduce"])
+    # a 3D chip keeps DeepStack's expert parallelism: dispatch and combine all-to-all (overlapped with the expert
+    # GEMMs, eq. 5, so inside their rows) and the boundary all-gather; no all-reduce after the experts
+    nocs = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs"
+    chip = evaluate(model="qwen3-30b-a3b", chip="large-vector", noc=str(nocs / "mini8.toml"), stacked_layers=6,
+                    connected_layers=4, parallel="attn:tp=8;moe:ep=8", phase="decode", batch=16, with_ttft=False)
+    assert set(_comm_rows(chip, "moe")) == {"reshape_to_attention"}  # the all-reduce overlaps o_proj (eq. 5)
+    # flat schedules are left alone
+    flat = evaluate(model="deepseek-v3", system="dgx-b200", parallel="tp=8", phase="decode", batch=64,
+                    with_ttft=False)
+    assert set(_comm_rows(flat, "moe")) == {"attn_tp_allreduce", "ffn_tp_allreduce"}

@@ -291,8 +291,10 @@ def _mla_core(t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase
 
 
 @memo.cached(maxsize=16384)
-def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: bool) -> tuple[Op, ...]:
-    """The FFN (dense or MoE) of one layer for ``t`` tokens."""
+def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: bool,
+             group_tokens: int | None = None) -> tuple[Op, ...]:
+    """The FFN (dense or MoE) of one layer for ``t`` tokens; ``group_tokens``: the distinct tokens the EP group
+    routes (default ``t`` × EP)."""
     d = model.hidden
     tp = ffn.tp
     ops: list[Op] = [Vector("ffn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
@@ -311,7 +313,7 @@ def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: b
     ep = ffn.ep
     local_experts = max(1, experts // ep)
     # tokens of the whole EP group are routed; each device receives their slots for its local experts
-    group_tokens = t * ep
+    group_tokens = group_tokens or t * ep
     mean_slots = group_tokens * m.top_k / ep
     slots = math.ceil(mean_slots * moe_load_imbalance(mean_slots, ep))
     active = max(1.0, expected_active_experts(experts, m.top_k, group_tokens) * local_experts / experts)
@@ -376,10 +378,18 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
         d = model.hidden
         out.append(_layer("embedding", 1, _interned_ops((Vector("embedding", share.tokens * d, share.tokens * d * w,
                                                                   share.tokens * d * a, segment_bytes=d * w),))))
+    # the FFN's tokens per device follow its own layout: a per-module schedule whose FFN has more (fewer)
+    # replicas than its attention splits (gathers) the tokens at the module boundary, as its collectives do
+    ffn_tokens, group_tokens = share.tokens, None
+    if ffn != attention:
+        ffn_tokens = device_share(model, scenario, ffn, pp, stage, context_len).tokens
+        # an EP group routes the distinct tokens its devices hold, not each device's share rounded up
+        group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp))
     if share.dense_layers:
-        out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, share.tokens, ffn, a, w, False)))
+        out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, ffn_tokens, ffn, a, w, False)))
     if share.moe_layers:
-        out.append(_layer("moe", share.moe_layers, attn + _ffn_ops(model, share.tokens, ffn, a, w, True)))
+        out.append(_layer("moe", share.moe_layers,
+                          attn + _ffn_ops(model, ffn_tokens, ffn, a, w, True, group_tokens)))
     if share.last_stage:
         d = model.hidden
         rows = share.requests if phase == "prefill" else share.tokens  # logits of the last position only

@@ -8,6 +8,10 @@ step of the phase becomes:
 * the operators run one after another, each collective after its GEMM (vLLM does not overlap them), every
   operator at least as long as its DRAM bytes at the achievable HBM bandwidth (:mod:`.efficiency`);
 * each TP all-reduce as vLLM's custom all-reduce or NCCL runs it (:mod:`.collectives`);
+* expert parallelism inside the attention's TP group (``attn:tp=8;moe:ep=8``: vLLM's ``--enable-expert-parallel``
+  without DP) as vLLM runs it: every GPU holds every token, computes its own experts' share and the TP group
+  all-reduces the sum, so the EP all-to-alls and the layout all-gather become one all-reduce per MoE layer
+  (:func:`vllm_expert_parallel`);
 * one kernel boundary per launched kernel (:mod:`.kernels`), ``kernel_gap_us`` each;
 * per MoE layer, the fixed latency of the fused-MoE call beyond its bytes and boundaries
   (``moe_call_latency_us``: a chain of seven small-grid kernels that wait on each other);
@@ -28,7 +32,7 @@ from deepstack.models.gpu.kernels import step_kernels
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.pipeline.rows import CommRow, OpRow, PhaseResult
 
-__all__ = ["allreduce_time_s", "fixed_row", "gpu_phase", "uses_graphs"]
+__all__ = ["allreduce_time_s", "fixed_row", "gpu_phase", "uses_graphs", "vllm_expert_parallel"]
 
 _GPU_PHASES = memo.Table("gpu phases", 4096, lru=True)  # (phase, design point, scenario) → PhaseResult
 
@@ -48,7 +52,7 @@ def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
     link_Bps = point.network.levels[0].link_bw_Bps if point.network is not None else 0.0
     rows: list = []
     layers: dict[str, int] = {}
-    for r in phase.rows:
+    for r in vllm_expert_parallel(phase.rows, point.schedule):
         if r.layer in ("dense", "moe"):
             layers[r.layer] = max(layers.get(r.layer, 0), r.count)
         if isinstance(r, CommRow):
@@ -64,6 +68,27 @@ def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
     kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8)
     rows += host_rows(gpu, kernels, work_s, uses_graphs(gpu, scenario, point.schedule))
     return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
+
+
+# the collectives DeepStack's expert parallelism adds that vLLM's EP inside the TP group does not run: the tokens
+# are already on every GPU of the group, and the experts' partial outputs are summed by an all-reduce instead
+_EP_LAYOUT_COMMS = ("moe_dispatch_a2a", "moe_combine_a2a", "reshape_to_attention", "reshape_to_ffn")
+
+
+def vllm_expert_parallel(rows, schedule) -> list:
+    """``rows`` with the MoE layers' expert-parallel collectives as vLLM runs EP inside the attention's TP group
+    (one DP replica; vllm fused_moe ``FusedMoEParallelConfig``: all-to-all kernels only with DP > 1, otherwise
+    the layer's output is all-reduced over the group like a TP MoE): the all-to-alls and layout all-gathers go,
+    and each layer's FFN (MoE or dense) all-reduces its output as its attention does. Other schedules are
+    returned unchanged."""
+    a, f = schedule.attention, schedule.ffn
+    if not (f.ep > 1 and a.replicas == 1 and a.tp == f.ep * f.tp):
+        return list(rows)
+    out = [r for r in rows if not (isinstance(r, CommRow) and r.name in _EP_LAYOUT_COMMS)]
+    for r in rows:
+        if isinstance(r, CommRow) and r.layer in ("dense", "moe") and r.name == "attn_tp_allreduce":
+            out.append(CommRow(r.layer, r.count, "ffn_ep_allreduce", r.result))
+    return out
 
 
 def _gpu_collective(gpu, result, link_Bps: float):
