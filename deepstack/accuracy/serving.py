@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 import deepstack
 from deepstack.accuracy.files import read_csv
 from deepstack.catalog import load, names
@@ -171,12 +173,17 @@ def modelled_rows(path: Path | None = None, failures: list[dict[str, Any]] | Non
     for number, raw in enumerate(read_rows(path), start=2):  # line 1 is the header
         try:
             row, violations = _modelled_row(raw)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"])
+            raise UserInputError(f"reference file: line {number}: {field}: {error['msg']}") from None
         except (KeyError, ValueError) as exc:
             raise UserInputError(f"reference file: line {number}: {exc}; every column of "
                                  f"{', '.join(REQUIRED)} needs a value (integers for sizes, True/False for "
                                  "cuda_graphs)") from None
         except UserInputError as exc:
-            raise UserInputError(f"line {number}: {exc}") from None
+            raise UserInputError(f"reference file: line {number}: {str(exc).removeprefix('reference file: ')}") \
+                from None
         if violations:
             problem = f"{row.model} on {row.system} ({row.parallel}), batch {row.batch}: infeasible: {violations}"
             if failures is None:
@@ -194,6 +201,10 @@ def _modelled_row(raw: dict[str, str]) -> tuple[Row, str]:
     constants = shipped_constants(system_id)
     gpu = system.architecture.gpu.model_copy(update={"host_step_us": 0.0, "eager_op_us": 0.0})
     chip = system.architecture.model_copy(update={"gpu": gpu})
+    measured = float(raw["measured_system_decode_tps"])
+    if not measured > 0:
+        raise UserInputError(f"measured_system_decode_tps is {raw['measured_system_decode_tps']!r}; it must be a "
+                             "positive throughput (tokens/s)")
     model = raw.get("catalog_model", "").strip() or model_name(raw["model"])
     batch, graphs = int(raw["batch"]), raw["cuda_graphs"].strip().lower() == "true"
     steps_batch = min(batch, MAX_NUM_SEQS)
@@ -206,7 +217,7 @@ def _modelled_row(raw: dict[str, str]) -> tuple[Row, str]:
     point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=system.network)
     report = evaluate(point, with_ttft=False, breakdown=False)
     kernels = step_kernels(scenario.model, _layers(scenario), scenario.precision.weight_bits == 8)
-    row = Row(model, batch, graphs, float(raw["measured_system_decode_tps"]), steps_batch,
+    row = Row(model, batch, graphs, measured, steps_batch,
               uses_graphs(gpu, scenario, schedule), 1.0 / report.metrics.utps, kernels.host_ops, kernels.triton,
               system_id, parallel, constants)
     return row, "; ".join(report.violations)

@@ -176,6 +176,10 @@ def test_the_shipped_file_given_as_a_reference_scores_the_same(cli):
     (HEADER + "DeepSeek-V3,8x NVIDIA B200,8,4,1,1,1,1024,1024,False,True,100\n", "ep must be 1 or 8"),
     (HEADER + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,one,1024,1024,False,True,100\n", "line 2"),
     ("model,batch\nLlama-3.3-70B,1\n", "needs the columns"),
+    (HEADER + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,0,1024,1024,False,True,100\n", "line 2: batch:"),
+    (HEADER + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,1,1024,1024,False,True,0\n", "positive throughput"),
+    (HEADER.replace("\n", ",precision\n") + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,1,1024,1024,False,True,9,zz\n",
+     "line 2: precision:"),
 ])
 def test_a_bad_reference_file_is_one_line_and_status_2(cli, tmp_path, body, needle):
     ref = tmp_path / "bad.csv"
