@@ -70,9 +70,9 @@ class Row:
     base_s: float  # the step with both calibrated constants at zero
     host_ops: int  # PyTorch calls of an eager step (models/gpu/kernels.py)
     triton_kernels: int
-    system: str = "dgx-b200"
-    parallel: str = "tp=8"
-    constants: tuple[float, float] = (0.0, 0.0)  # the system's shipped (host_step_us, eager_op_us)
+    system: str
+    parallel: str
+    constants: tuple[float, float]  # the system's shipped (host_step_us, eager_op_us)
 
     def step_s(self, host_step_us: float, eager_op_us: float) -> float:
         """The modelled step time with these calibrated constants (what ``evaluate`` gives with them)."""
@@ -110,6 +110,11 @@ def read_rows(path: Path | None = None) -> list[dict[str, str]]:
     return rows
 
 
+def _cell(raw: dict[str, str | None], column: str) -> str:
+    """A row's value in ``column``, stripped; "" when the file has no such column or the row stops short."""
+    return (raw.get(column) or "").strip()
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
@@ -130,9 +135,9 @@ def model_name(text: str) -> str:
 def system_name(raw: dict[str, str]) -> str:
     """The catalog system a row ran on: its ``system`` column, else its ``hardware`` column ("8x NVIDIA B200")
     looked up in :data:`GPU_SYSTEMS`."""
-    if raw.get("system", "").strip():
-        return raw["system"].strip()
-    hardware = raw.get("hardware", "")
+    if _cell(raw, "system"):
+        return _cell(raw, "system")
+    hardware = _cell(raw, "hardware")
     count = re.match(r"\s*(\d+)\s*[x×]", hardware)
     words = "".join(_words(hardware))
     for (gpu, gpus), system in GPU_SYSTEMS.items():
@@ -201,17 +206,17 @@ def _modelled_row(raw: dict[str, str]) -> tuple[Row, str]:
     constants = shipped_constants(system_id)
     gpu = system.architecture.gpu.model_copy(update={"host_step_us": 0.0, "eager_op_us": 0.0})
     chip = system.architecture.model_copy(update={"gpu": gpu})
-    measured = float(raw["measured_system_decode_tps"])
+    text = _cell(raw, "measured_system_decode_tps")
+    measured = float(text)
     if not measured > 0:
-        raise UserInputError(f"measured_system_decode_tps is {raw['measured_system_decode_tps']!r}; it must be a "
-                             "positive throughput (tokens/s)")
-    model = raw.get("catalog_model", "").strip() or model_name(raw["model"])
-    batch, graphs = int(raw["batch"]), raw["cuda_graphs"].strip().lower() == "true"
+        raise UserInputError(f"measured_system_decode_tps is {text!r}; it must be a positive throughput (tokens/s)")
+    model = _cell(raw, "catalog_model") or model_name(_cell(raw, "model"))
+    batch, graphs = int(_cell(raw, "batch")), _cell(raw, "cuda_graphs").lower() == "true"
     steps_batch = min(batch, MAX_NUM_SEQS)
-    scenario = Scenario(model=model, phase="decode", batch=steps_batch, input_len=int(raw["input_len"]),
-                        output_len=int(raw["output_len"]), cuda_graphs=graphs,
-                        precision=raw.get("precision", "").strip() or None)
-    sizes = {key: int(raw.get(key, "").strip() or 1) for key in ("tp", "ep", "dp", "pp")}
+    scenario = Scenario(model=model, phase="decode", batch=steps_batch, input_len=int(_cell(raw, "input_len")),
+                        output_len=int(_cell(raw, "output_len")), cuda_graphs=graphs,
+                        precision=_cell(raw, "precision") or None)
+    sizes = {key: int(_cell(raw, key) or 1) for key in ("tp", "ep", "dp", "pp")}
     parallel = vllm_schedule(**sizes, moe=scenario.model.moe is not None)
     schedule = Schedule.parse(parallel)
     point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=system.network)

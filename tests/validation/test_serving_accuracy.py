@@ -162,6 +162,15 @@ def test_another_file_is_scored_row_by_row_as_evaluate_times_it(cli, tmp_path):
     assert data["scores"]["dgx-b200"]["rows"] == 1 and data["scores"]["all"]["rows"] == 3
 
 
+def test_a_row_short_of_the_optional_columns_scores(cli, tmp_path):
+    ref = tmp_path / "short.csv"
+    ref.write_text(HEADER.replace("\n", ",precision,system\n")
+                   + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,1,1024,1024,False,True,100\n")
+    result = cli("accuracy", "serving", "--reference", str(ref), "--json")
+    assert result.code == 0, result.err
+    assert [(r["system"], r["model"]) for r in result.json()["rows"]] == [("dgx-b200", "llama-3.3-70b")]
+
+
 def test_the_shipped_file_given_as_a_reference_scores_the_same(cli):
     for check in ("serving", "kernels", "network"):
         shipped = cli("accuracy", check, "--json").json()
@@ -180,6 +189,7 @@ def test_the_shipped_file_given_as_a_reference_scores_the_same(cli):
     (HEADER + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,1,1024,1024,False,True,0\n", "positive throughput"),
     (HEADER.replace("\n", ",precision\n") + "Llama-3.3-70B,8x NVIDIA B200,8,1,1,1,1,1024,1024,False,True,9,zz\n",
      "line 2: precision:"),
+    (HEADER + "Llama-3.3-70B,8x NVIDIA B200,8\n", "line 2:"),  # a row that stops short
 ])
 def test_a_bad_reference_file_is_one_line_and_status_2(cli, tmp_path, body, needle):
     ref = tmp_path / "bad.csv"
