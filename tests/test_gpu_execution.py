@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from deepstack.catalog import load
-from deepstack.models.compute.workload import expected_active_experts
 from deepstack.models.gpu.collectives import allreduce_time_s
 from deepstack.models.gpu.host import TRITON_LAUNCH_S, host_rows, uses_graphs
 from deepstack.models.gpu.kernels import Kernels, step_kernels
@@ -28,12 +27,6 @@ def test_allreduce_above_the_custom_limit_goes_to_nccl():
 
 def test_no_allreduce_on_one_rank():
     assert allreduce_time_s(B200, 1e6, 1, NVLINK5_Bps) == 0.0
-
-
-def test_distinct_experts_touched():
-    # E·(1 − (1 − k/E)^B): 256 experts, top-8, 64 tokens → 256·(1 − (31/32)^64) = 222.36
-    assert expected_active_experts(256, 8, 64) == pytest.approx(256 * (1 - (31 / 32) ** 64))
-    assert expected_active_experts(256, 8, 1) == pytest.approx(8.0)
 
 
 def test_kernel_counts_per_step():

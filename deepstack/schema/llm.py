@@ -86,11 +86,17 @@ class MoE(Frozen):
     expert_intermediate: int = Field(ge=1)
     first_dense_layers: int = Field(0, ge=0, description="leading layers with a dense FFN instead of MoE")
     router_bias: bool = Field(False, description="per-expert correction bias (DeepSeek-V3 aux-loss-free routing)")
+    hot_expert_load: float = Field(
+        1.0, ge=1.0, description="measured load of the most popular routed expert over the mean (max / mean tokens "
+        "per expert in a step, without expert load balancing); 1 is uniform routing")
 
     @model_validator(mode="after")
     def _top_k(self) -> MoE:
         if self.top_k > self.routed_experts:
             raise ValueError(f"top_k must be ≤ routed_experts ({self.routed_experts})")
+        if self.hot_expert_load > self.routed_experts / self.top_k:
+            raise ValueError(f"hot_expert_load must be ≤ routed_experts / top_k ({self.routed_experts / self.top_k:g}):"
+                             " an expert cannot be picked by more than every token")
         return self
 
 

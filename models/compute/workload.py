@@ -5,10 +5,13 @@ EP splits routed experts (acting as DP for attention and dense layers), SP and C
 linear layers, CP also splits the KV cache, DP splits requests, PP splits layers. Collectives are added by the
 distributed model; this module lists compute operators only.
 
-MoE load: routing is assumed uniform in expectation (DeepSeek-V3's auxiliary-loss-free balancing targets it).
-The busiest device of an EP group then receives, by the balls-into-bins bound of Raab & Steger (RANDOM 1998),
-mean + sqrt(2·mean·ln(ep)) routed tokens; ``moe_load_imbalance`` is that ratio to the mean. The number of
-distinct experts a step touches is E·(1 − (1 − k/E)^T) (each token picks k distinct experts of E).
+MoE load. Routed experts are not equally popular: a model's ``hot_expert_load`` (the measured max / mean tokens
+per expert of a step; 1 for uniform routing) sets a power law in popularity rank, p_r ∝ r^−s with Σ p_r = k, the
+probability that a token picks the r-th most popular expert (:func:`expert_pick_probabilities`). Tokens of a
+step come from independent requests, so the distinct experts a step of T tokens touches are Σ_r 1 − (1 − p_r)^T
+(E·(1 − (1 − k/E)^T) when uniform). The busiest device of an EP group receives, by the balls-into-bins bound of
+Raab & Steger (RANDOM 1998), mean + sqrt(2·mean·ln(ep)) routed tokens (uniform placement of the load);
+``moe_load_imbalance`` is that ratio to the mean.
 """
 
 from __future__ import annotations
@@ -209,9 +212,28 @@ def moe_load_imbalance(mean_tokens: float, ep: int) -> float:
     return 1.0 + math.sqrt(2.0 * math.log(ep) / mean_tokens)
 
 
-def expected_active_experts(experts: int, top_k: int, tokens: float) -> float:
-    """Expected distinct experts hit by ``tokens`` tokens each routing to ``top_k`` distinct experts."""
-    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+@memo.cached(maxsize=64)
+def expert_pick_probabilities(experts: int, top_k: int, hot_expert_load: float) -> tuple[float, ...]:
+    """Probability that one token picks each routed expert, most popular first: p_r ∝ r^−s, Σ p_r = ``top_k``,
+    with the exponent s that gives the most popular expert ``hot_expert_load`` × the mean load (bisection:
+    the ratio E / Σ r^−s grows with s from 1 at s = 0 to E)."""
+    def hot_ratio(s: float) -> float:
+        return experts / math.fsum(r ** -s for r in range(1, experts + 1))
+    low, high = 0.0, 64.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if hot_ratio(mid) < hot_expert_load else (low, mid)
+    weights = [r ** -low for r in range(1, experts + 1)]
+    total = math.fsum(weights)
+    return tuple(top_k * w / total for w in weights)
+
+
+def expected_active_experts(experts: int, top_k: int, tokens: float, hot_expert_load: float = 1.0) -> float:
+    """Expected distinct experts hit by ``tokens`` independent tokens each routing to ``top_k`` distinct experts
+    (uniformly, or by the popularity law of ``hot_expert_load``)."""
+    if hot_expert_load == 1.0:
+        return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+    return math.fsum(1.0 - (1.0 - p) ** tokens for p in expert_pick_probabilities(experts, top_k, hot_expert_load))
 
 
 @memo.cached(maxsize=16384)  # schedules that share a device's attention share its operators
@@ -316,7 +338,8 @@ def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: b
     group_tokens = group_tokens or t * ep
     mean_slots = group_tokens * m.top_k / ep
     slots = math.ceil(mean_slots * moe_load_imbalance(mean_slots, ep))
-    active = max(1.0, expected_active_experts(experts, m.top_k, group_tokens) * local_experts / experts)
+    active = max(1.0, expected_active_experts(experts, m.top_k, group_tokens, m.hot_expert_load)
+                 * local_experts / experts)
     groups = max(1, min(local_experts, round(active)))
     per_expert = max(1, math.ceil(slots / groups))
     inter = ceil_div(m.expert_intermediate, tp)

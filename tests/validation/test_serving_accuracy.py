@@ -33,11 +33,11 @@ def test_harness_matches_evaluate(rows):
 def test_cuda_graph_rows(rows):
     s = serving.scores(rows, serving.shipped_constants())
     assert s["graphs"]["rows"] == 22
-    assert s["llama-3.3-70b graphs"]["mape_pct"] <= 12.0  # target ≤ 12 % met (6.8 %)
-    assert s["graphs"]["mape_pct"] <= 10.0  # target ≤ 10 % met (9.84 %), with the fused-MoE call latency
-    # NOT MET, achieved figure asserted: DeepSeek-V3 13.5 % (target ≤ 12 %): b8–b128 −11…−21 %, b512 +40 %
-    # (the MLA decode kernel's bandwidth at 16 heads per GPU has no public B200 figure; docs/calibration.md)
-    assert s["deepseek-v3 graphs"]["mape_pct"] < 14.0
+    assert s["llama-3.3-70b graphs"]["mape_pct"] <= 12.0  # target ≤ 12 % met (6.7 %)
+    assert s["graphs"]["mape_pct"] <= 10.0  # target ≤ 10 % met (9.04 %), with the fused-MoE call latency
+    # target ≤ 12 % met (11.8 %) with DeepSeek's measured expert popularity (13.5 % under uniform routing);
+    # b512 stays +39 % (docs/calibration.md §GPU execution, open gap)
+    assert s["deepseek-v3 graphs"]["mape_pct"] <= 12.0
 
 
 def test_eager_rows(rows):
@@ -58,9 +58,9 @@ def test_leave_one_model_out(rows):
     # the per-call cost comes out nearly the same from either model (9.4 µs on Llama, 10.9 µs on DeepSeek-V3):
     # the counts carry the 7× ratio of host work per layer
     assert out["deepseek-v3"]["eager_op_us"] == pytest.approx(out["llama-3.3-70b"]["eager_op_us"], rel=0.2)
-    assert out["llama-3.3-70b"]["mape_pct"] <= 15.0  # target ≤ 15 % met (10.2 %)
+    assert out["llama-3.3-70b"]["mape_pct"] <= 15.0  # target ≤ 15 % met (10.1 %)
     assert out["deepseek-v3"]["eager_mape_pct"] <= 15.0  # 13.2 %
-    assert out["deepseek-v3"]["mape_pct"] <= 15.0  # target ≤ 15 % met (13.4 %; graphs 13.6 %)
+    assert out["deepseek-v3"]["mape_pct"] <= 15.0  # target ≤ 15 % met (12.5 %; graphs 11.8 %)
 
 
 def test_mi325x_runs_on_its_own_figures():
