@@ -139,26 +139,26 @@ def _refine(mirror, problem, record: StudyRecord, run: dict, batch: int, stops, 
 
 
 def _tell(mirror, trial, proposal, task, result, record: StudyRecord, run: dict) -> tuple:
-    """Record a trial's attributes (its design, the point's Pareto set of schedules, what it cost) on the mirror
-    and tell it there; returns (result, task or None: what ``record.count`` keeps once the trial is stored)."""
+    """Tell the mirror a trial's values, with its attributes (its design, the point's Pareto set of schedules, what
+    it cost) for its persistent copy; returns (result, task or None: what ``record.count`` keeps once the trial is
+    stored)."""
     repaired = task.hardware != proposal.hardware
     solve = {"inner": "exact" if task.only is None else "screen", "evaluations": result.evaluations,
              "evaluation_s": result.evaluation_s, "repaired": repaired, "hardware": task.hardware.as_dict()}
     run["repaired"] += repaired
     run["told"] += 1
     if result.representative is None:  # no PE or no schedule fits: nothing to tell but the failure
-        trial.set_user_attr("solve", {**solve, "infeasible": True})
         run["infeasible"] += 1
-        mirror.tell(trial, None)
+        mirror.tell(trial, None, {"solve": {**solve, "infeasible": True}})
         return result, None
     best = result.representative
-    trial.set_user_attr("solve", solve)
-    trial.set_user_attr("design", {**task.hardware.as_dict(), "schedule": best["schedule"], "fsdp": best["fsdp"]})
-    trial.set_user_attr("pareto_schedules", [bilevel.front_row(r, record.objectives) for r in result.front])
-    trial.set_user_attr("report", _jsonable(result.report))
     trial.set_constraint("thermal_c_over_limit", result.over_limit_c)
     run["over_thermal_limit"] += result.over_limit_c > 0
-    mirror.tell(trial, bilevel.values(best, record.objectives))
+    mirror.tell(trial, bilevel.values(best, record.objectives), {
+        "solve": solve,
+        "design": {**task.hardware.as_dict(), "schedule": best["schedule"], "fsdp": best["fsdp"]},
+        "pareto_schedules": [bilevel.front_row(r, record.objectives) for r in result.front],
+        "report": _jsonable(result.report)})
     return result, task
 
 

@@ -152,6 +152,9 @@ class Mirror:
         self.queued: dict[int, optuna.trial.FrozenTrial] = {}  # mirror trial id → the persistent WAITING trial
         self.completed = 0  # COMPLETE trials of the persistent study, as far as this process knows
         self.seen = 0
+        # mirror trial id → the user attributes its persistent copy gets: kept off the mirror, which only samples,
+        # because Optuna deep-copies a trial whole when it is told (milliseconds for a front of schedules)
+        self.attrs: dict[int, dict] = {}
         self.refresh()
 
     def refresh(self) -> None:
@@ -181,8 +184,9 @@ class Mirror:
     def enqueue(self, params: dict, user_attrs: dict, skip_if_exists: bool = True) -> None:
         self.memory.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=skip_if_exists)
 
-    def tell(self, trial: optuna.trial.Trial, values: list[float] | None) -> None:
-        """Tell the mirror a trial's values (``None``: it failed)."""
+    def tell(self, trial: optuna.trial.Trial, values: list[float] | None, user_attrs: dict) -> None:
+        """Tell the mirror a trial's values (``None``: it failed); ``user_attrs`` go to its persistent copy."""
+        self.attrs[trial._trial_id] = user_attrs
         if values is None:
             self.memory.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
@@ -199,7 +203,8 @@ class Mirror:
             copies.append(optuna.trial.FrozenTrial(
                 number=0, state=frozen.state, value=None, values=frozen.values, datetime_start=frozen.datetime_start,
                 datetime_complete=frozen.datetime_complete, params=frozen.params, distributions=frozen.distributions,
-                user_attrs=frozen.user_attrs, system_attrs=system, intermediate_values={}, trial_id=0))
+                user_attrs={**frozen.user_attrs, **self.attrs.pop(trial._trial_id, {})}, system_attrs=system,
+                intermediate_values={}, trial_id=0))
         numbers = _insert(self.rdb, self.study_id, copies) if self.rdb is not None else None
         if numbers is None:  # a journal file: one appended operation per trial
             numbers = [self.store.get_trial_number_from_id(self.store.create_new_trial(self.study_id, template_trial=c))
