@@ -15,7 +15,7 @@ from deepstack.models.hardware.device import resolve_device
 from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.models.parallel.strategies import enumerate_strategies
 from deepstack.models.results import Report
-from deepstack.schema import NetworkLevel, Scenario, Schedule, build_scenario, load_file, validate
+from deepstack.schema import NetworkLevel, Scenario, Schedule, SramOption, build_scenario, load_file, validate
 from deepstack.search.schedules import best_schedule
 
 
@@ -126,7 +126,9 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
              system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
              parallel: str | None = None, objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
              overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
-             max_temp_c: float | None = None, cuda_graphs: bool | None = None) -> Report:
+             max_temp_c: float | None = None, cuda_graphs: bool | None = None, assumptions: str | None = None,
+             pes: int | None = None, l1_kib: float | None = None, l1_bw_B_per_cycle: float | None = None,
+             hop_latency_scale: float = 1.0, level_bw_scale: str | None = None) -> Report:
     """Evaluate one design point described as the CLI's flags describe it; see :func:`deepstack.evaluate`.
 
     Without ``parallel`` on a multi-device network the best schedule by ``objective`` is searched (the report
@@ -135,7 +137,7 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     """
     scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
-                          cuda_graphs=cuda_graphs)
+                          cuda_graphs=cuda_graphs, assumptions=assumptions)
     if system and (chip or noc):
         raise UserInputError("--system replaces --chip and --noc; give one or the other")
     if system:
@@ -144,9 +146,11 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     else:
         architecture = catalog.load("chips", chip or "standard")
         network = catalog.load("nocs", noc) if noc else None
+    architecture, sram, network = _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle,
+                                                  hop_latency_scale, level_bw_scale)
     schedule = Schedule.parse(parallel) if parallel else Schedule()
     point = DesignPoint(chip=architecture, scenario=scenario, schedule=schedule, network=network,
-                        stacked_layers=stacked_layers, connected_layers=connected_layers)
+                        stacked_layers=stacked_layers, connected_layers=connected_layers, sram=sram)
     options = {"with_ttft": with_ttft, "breakdown": breakdown, "overlap": overlap}
     if parallel is None and network is not None and network.devices > 1:
         search = best_schedule(point, objective)
@@ -161,6 +165,35 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     if memory:
         raise InfeasibleError(f"{memory[0]}; use more devices (--parallel) or a larger DRAM stack")
     return report
+
+
+def _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle, hop_latency_scale, level_bw_scale):
+    """The chip, SRAM option and network as ``evaluate``'s hardware flags change them: a fixed PE count (the
+    paper's SM count for a design), an L1 option, and hop-latency and per-level bandwidth multipliers (the
+    hardware axes of a sweep row or of the paper's Table 4)."""
+    from deepstack.search.space import scaled_network
+
+    if pes is not None:
+        if pes < 1:
+            raise UserInputError(f"--pes: must be ≥ 1 (got {pes})")
+        architecture = architecture.model_copy(update={"device": architecture.device.model_copy(
+            update={"pes": pes})})
+    sram = None
+    if l1_kib is not None or l1_bw_B_per_cycle is not None:
+        for flag, value in (("--l1-kib", l1_kib), ("--l1-bw-B-per-cycle", l1_bw_B_per_cycle)):
+            if value is not None and value <= 0:
+                raise UserInputError(f"{flag}: must be > 0 (got {value:g})")
+        width = l1_bw_B_per_cycle or architecture.pe.l1_bw_B_per_cycle
+        sram = validate(SramOption, {"name": "flags", "l1_KiB": l1_kib,
+                                     "l1_bw_scale": width / architecture.pe.l1_bw_B_per_cycle}, origin="--l1-kib")
+    scales = tuple(_numbers(level_bw_scale, "--level-bw-scale")) if level_bw_scale else ()
+    if hop_latency_scale <= 0 or any(x <= 0 for x in scales):
+        raise UserInputError("--hop-latency-scale, --level-bw-scale: multipliers must be > 0")
+    if scales or hop_latency_scale != 1.0:
+        if not noc:
+            raise UserInputError("--hop-latency-scale and --level-bw-scale need --noc (a catalog NoC)")
+        network = scaled_network(noc, hop_latency_scale, scales)
+    return architecture, sram, network
 
 
 def strategies(*, devices: int, model: str | None = None, phase: str = "decode", batch: int = 1,
@@ -285,14 +318,15 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
                  out: str | None, progress=None, prefill_chunk_tokens: int | None = None,
                  ambient_c: float | None = None, max_temp_c: float | None = None, batch_size: int | None = None,
                  until_stall: int | None = None, log=None, inner: str = "screen",
-                 refine: int | None = None) -> dict[str, Any]:
+                 refine: int | None = None, assumptions: str | None = None) -> dict[str, Any]:
     """Run (or resume) a study; the scenario comes from the flags, else from the space's first scenario.
     ``result["run"]`` says what this run did (counts, hypervolume, evaluations, ``interrupted``: the signal)."""
     from deepstack.search import optimize as opt
 
     objectives = opt.parse_objectives(objective)
     scenario = with_flags(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
-                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
+                          assumptions=assumptions)
     _check_cooling(space, scenario)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress,
@@ -304,7 +338,7 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
             "scenario": {"model": scenario.model.name, "phase": scenario.phase, "batch": scenario.batch,
                          "input_len": scenario.input_len, "output_len": scenario.output_len,
                          "precision": str(scenario.precision), "ambient_c": scenario.ambient_c,
-                         "max_temp_c": scenario.max_temp_c},
+                         "max_temp_c": scenario.max_temp_c, "assumptions": scenario.assumptions},
             "pareto": result.pareto}
 
 
@@ -326,21 +360,22 @@ def _scenario_or_space(space: str | None, model, phase, batch, input_len, output
 
     return build_scenario(given(model, first.model.name), given(phase, first.phase), given(batch, first.batch),
                           given(input_len, first.input_len), given(output_len, first.output_len),
-                          given(precision, str(first.precision) if model is None else None)
-                          ).with_cooling(first.ambient_c, first.max_temp_c)
+                          given(precision, str(first.precision) if model is None else None),
+                          assumptions=first.assumptions).with_cooling(first.ambient_c, first.max_temp_c)
 
 
 def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None, batch: int | None,
               input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
               workers: int | None, out: str | None, backend: str = "local",
               scheduler: str | None = None, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
-              max_temp_c: float | None = None) -> dict[str, Any]:
+              max_temp_c: float | None = None, assumptions: str | None = None) -> dict[str, Any]:
     from deepstack.search import optimize as opt
     from deepstack.search import sweep as sw
 
     objectives = opt.parse_objectives(objective)
     scenario = with_flags(_scenario_or_space(space, model, phase, batch, input_len, output_len, precision),
-                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
+                          assumptions=assumptions)
     _check_cooling(space, scenario)
     folder = out or f"studies/sweep-{mode}"
     result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
@@ -410,7 +445,25 @@ def accuracy_summary() -> list[dict[str, Any]]:
     """One row per check and family: weighted and median error, rows scored, rows the model failed on."""
     network = network_accuracy()
     return [{"check": "network", "family": family, **score, "failures": len(network["failures"])}
-            for family, score in network["families"].items()] + _serving_summary() + _kernels_summary()
+            for family, score in network["families"].items()] + _serving_summary() + _kernels_summary() + \
+        _paper_summary()
+
+
+def paper_accuracy() -> dict[str, Any]:
+    """The paper's Table 4 and findings under both assumption sets (``deepstack accuracy paper``)."""
+    from deepstack.accuracy.paper import paper_accuracy as check
+
+    return check()
+
+
+def _paper_summary() -> list[dict[str, Any]]:
+    """The paper check's row of ``accuracy all``: MAPE of Table 4 under the paper set, findings that hold."""
+    result = paper_accuracy()
+    held = [f for f in result["findings"] if f["verdict"] == "holds"]
+    checked = [f for f in result["findings"] if not f["verdict"].startswith("not checked")]
+    return [{"check": "paper", "family": f"Table 4 (paper set); findings held {len(held)}/{len(checked)} checked",
+             "weighted_pct": None, "median_pct": None, "mape_pct": result["summary"]["table4_mape_pct"],
+             "rows": result["summary"]["table4_rows"], "failures": 0}]
 
 
 def _serving_summary() -> list[dict[str, Any]]:

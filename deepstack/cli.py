@@ -38,6 +38,9 @@ AmbientC = Annotated[float | None, typer.Option(
     help="°C of the coolant the heat sink sees, T = T_amb + R·P (default: the chip's, 25 °C).")]
 MaxTempC = Annotated[float | None, typer.Option(
     help="Junction limit °C that DVFS holds and feasibility checks (default: the chip's, 85 °C).")]
+AssumptionsOption = Annotated[str | None, typer.Option(
+    help="Assumption set: default, or paper (the DeepStack paper's and its artifact's choices: 35 °C coolant, "
+         "decode averaged over four KV lengths, pp micro-batches, ...; docs/model.md §17).")]
 
 _CATALOG_COLUMNS = {
     "llms": ["name", "architecture", "attention", "layers", "hidden", "parameters_B", "published_params_B",
@@ -123,6 +126,16 @@ def evaluate(
         help="A row of a study's front by its id (the id column of <study>.pareto.csv/json), with --front.")] = None,
     front: Annotated[str | None, typer.Option(
         help="The front file the --design id comes from: studies/<study>.pareto.csv (or .json).")] = None,
+    assumptions: AssumptionsOption = None,
+    pes: Annotated[int | None, typer.Option(help="PEs (SMs) per device instead of the area model's count.")] = None,
+    l1_kib: Annotated[float | None, typer.Option("--l1-kib", help="L1 / shared memory per PE, KiB.")] = None,
+    l1_bw_B_per_cycle: Annotated[float | None, typer.Option(
+        "--l1-bw-B-per-cycle", help="L1 bandwidth per PE, B/cycle.")] = None,
+    hop_latency_scale: Annotated[float, typer.Option(help="Multiplies every hop latency of --noc.")] = 1.0,
+    level_bw_scale: Annotated[str | None, typer.Option(
+        help="Link bandwidth multipliers of --noc per level, innermost first, e.g. 1.9,0.4,1.7.")] = None,
+    overlap: Annotated[bool, typer.Option(
+        "--overlap/--no-overlap", help="Overlap each collective with its GEMM (eq. 5), or run them serially.")] = True,
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate one design point: throughput, latency, energy, power, temperature, area, breakdown.
@@ -148,7 +161,9 @@ def evaluate(
                           input_len=input_len, output_len=output_len, precision=precision,
                           stacked_layers=stacked_layers, connected_layers=connected_layers,
                           parallel=parallel, prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
-                          max_temp_c=max_temp_c, cuda_graphs=cuda_graphs).as_dict()
+                          max_temp_c=max_temp_c, cuda_graphs=cuda_graphs, assumptions=assumptions, pes=pes,
+                          l1_kib=l1_kib, l1_bw_B_per_cycle=l1_bw_B_per_cycle, hop_latency_scale=hop_latency_scale,
+                          level_bw_scale=level_bw_scale, overlap=overlap).as_dict()
     if json_out:
         report.print_json(result)
     else:
@@ -338,6 +353,7 @@ def optimize(
     prefill_chunk_tokens: PrefillChunkTokens = None,
     ambient_c: AmbientC = None,
     max_temp_c: MaxTempC = None,
+    assumptions: AssumptionsOption = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
@@ -380,7 +396,7 @@ def optimize(
                                   progress=advance, prefill_chunk_tokens=prefill_chunk_tokens,
                                   ambient_c=ambient_c, max_temp_c=max_temp_c, batch_size=trials_per_batch,
                                   until_stall=until_stall, log=None if json_out else _optimize_log, inner=inner,
-                                  refine=refine)
+                                  refine=refine, assumptions=assumptions)
     if json_out:
         report.print_json(result)
     else:
@@ -422,6 +438,7 @@ def sweep(
     prefill_chunk_tokens: PrefillChunkTokens = None,
     ambient_c: AmbientC = None,
     max_temp_c: MaxTempC = None,
+    assumptions: AssumptionsOption = None,
     space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
     workers: Annotated[int | None, typer.Option(help="Processes (local pool or LocalCluster; default up to 2).")] = (
         None),
@@ -438,7 +455,8 @@ def sweep(
     result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
                            input_len=input_len, output_len=output_len, precision=precision, space=space,
                            workers=workers, out=out, backend=backend, scheduler=scheduler,
-                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
+                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
+                           assumptions=assumptions)
     if json_out:
         report.print_json(result)
         return
@@ -509,15 +527,17 @@ def study_run(
     recipe: Annotated[str, typer.Argument(help="A study recipe, e.g. studies/dram-layers.toml.")],
     out: Annotated[str | None, typer.Option(help="Output folder (default studies/out/<name>).")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A reduced version that runs in seconds.")] = False,
+    assumptions: AssumptionsOption = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Run one study recipe: CSV of every point, PNG/HTML figures and summary.md.
+    """Run one study recipe: CSV of every point, PNG/HTML figures and summary.md. With --assumptions paper the
+    run goes to studies/out/<name>-paper.
 
     Example: deepstack study run studies/parallelism-spread.toml --quick
     """
     from deepstack.search.studies import run_study
 
-    result = run_study(recipe, out, quick)
+    result = run_study(recipe, out, quick, assumptions)
     if json_out:
         report.print_json(result)
         return
@@ -631,6 +651,29 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
         return
     report.table("accuracy against the reference data (validation/)", rows,
                  ["check", "family", "weighted_pct", "median_pct", "mape_pct", "rows", "failures"])
+
+
+@accuracy_app.command("paper")
+def accuracy_paper(json_out: JsonFlag = False) -> None:
+    """The paper's own 3D results: every Table 4 configuration (validation/paper_table4.csv) and the findings
+    this command can compute, with the paper's value, ours under the paper assumption set and under the default
+    one, and a verdict (Table 4 within 10 %). A report: exits 0 whatever the verdicts.
+
+    Example: deepstack accuracy paper
+    """
+    result = api.paper_accuracy()
+    if json_out:
+        report.print_json(result)
+        return
+    summary = result["summary"]
+    report.console.print(f"reference {result['reference']}: DeepSeek-V3 decode on 256 devices; "
+                         f"{summary['table4_within_10pct']} of {summary['table4_rows']} Table 4 rows within 10 % "
+                         f"under the paper set, MAPE {summary['table4_mape_pct']:.1f} %", markup=False,
+                         highlight=False)
+    report.table("Table 4, STPS: the paper's and ours under each assumption set", result["table4"],
+                 ["row", "design", "schedule", "overlap", "area_model_pes", "paper_stps", "paper_set_stps",
+                  "default_set_stps", "ratio", "verdict"])
+    report.table("findings", result["findings"], ["finding", "what", "paper", "paper_set", "default_set", "verdict"])
 
 
 @accuracy_app.command("serving")

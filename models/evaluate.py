@@ -12,9 +12,11 @@ This module only orchestrates; each step lives in its own module:
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import statistics
 
-from deepstack.models import dvfs, reporting, thermal
+from deepstack.models import assumptions, dvfs, reporting, thermal
 from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
@@ -24,11 +26,36 @@ from deepstack.models.pipeline import run_phase, serialised
 from deepstack.models.pipeline.phase import budgeted
 from deepstack.models.reporting import GiB, hardware_summary, scenario_summary, schedule_summary
 from deepstack.models.results import Metrics, Report
+from deepstack.schema import Schedule
 
 THERMAL_SLACK_C = 1e-9  # rounding slack on the temperature limit
 
 
 def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True, overlap: bool = True) -> Report:
+    """Evaluate one design point (see :func:`_evaluate`); under the paper assumption set a decode step is the mean
+    over the artifact's four cached lengths (docs/model.md §17): STPS, UTPS and power averaged, tokens/J their
+    ratio, the hottest temperature and slowest clock kept, feasible only if every length is, and the breakdown
+    of the longest."""
+    sc = point.scenario
+    if not (assumptions.is_paper(sc) and sc.phase == "decode" and sc.decode_kv_len is None):
+        return _evaluate(point, with_ttft, breakdown, overlap)
+    reports = [_evaluate(dataclasses.replace(point, scenario=sc.model_copy(update={"decode_kv_len": kv})),
+                         with_ttft, breakdown, overlap) for kv in assumptions.decode_kv_lengths(sc)]
+    return _mean_report(reports)
+
+
+def _mean_report(reports: list[Report]) -> Report:
+    mean = statistics.fmean
+    ms = [r.metrics for r in reports]
+    stps, power = mean(m.stps for m in ms), mean(m.power_w for m in ms)
+    metrics = Metrics(ms[0].ttft_s, mean(m.utps for m in ms), stps, stps / power, power,
+                      max(m.temperature_c for m in ms), min(m.frequency_ghz for m in ms), ms[0].area_mm2,
+                      max(m.memory_gib for m in ms))
+    violations = tuple(dict.fromkeys(v for r in reports for v in r.violations))
+    return dataclasses.replace(reports[-1], feasible=not violations, violations=violations, metrics=metrics)
+
+
+def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: bool) -> Report:
     """Evaluate one design point.
 
     Args:
@@ -65,13 +92,13 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
     else:
         ttft_s = step_s
     s = point.schedule
-    replicas = s.attention.replicas
-    requests = math.ceil(scenario.batch / replicas) * replicas  # padded batch the system actually serves
+    requests = scenario.batch  # real requests only: a replica's padding serves no one (docs/model.md §13)
     if scenario.phase == "decode":
         stps, utps = requests / step_s, 1.0 / step_s
     else:
         stps, utps = requests * scenario.input_len / step_s, scenario.input_len / step_s
-    system_power_w = power_w * devices
+    idle = idle_devices(s, scenario.batch, devices)
+    system_power_w = power_w * (devices - idle) + thermal.static_power_w(dev.tdp_W) * idle
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     temperature = thermal.temperature_c(dev.ambient_c, layers, power_w, dev.device_area_mm2)
     memory = memory_footprint(scenario, s)
@@ -95,6 +122,21 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
         breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B,
                                       devices, point.network) if breakdown else None,
     )
+
+
+def idle_devices(schedule: Schedule, batch: int, devices: int) -> int:
+    """Devices with nothing to do in a step: those of whole model copies that get no request.
+
+    A copy is independent only when it shares no collective with the others: the FFN's DP copies (each holds a
+    full set of experts and serves its own attention replicas) when they split the attention's replicas evenly.
+    Requests go one per attention replica, spread over the copies, so ``min(copies, batch)`` copies are busy and
+    the rest draw static power alone. Replicas of an EP or TP group are never idle: their devices hold experts
+    (or shards) the group's real tokens are routed to.
+    """
+    copies = schedule.ffn.dp
+    if copies <= 1 or schedule.attention.replicas % copies:
+        return 0
+    return (copies - min(copies, batch)) * (devices // copies)
 
 
 def _on_device(point: DesignPoint, dev, scenario, phase, overlap: bool):

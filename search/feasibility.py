@@ -24,10 +24,16 @@ from ortools.sat.python import cp_model
 
 from deepstack import catalog
 from deepstack.errors import InfeasibleError, UserInputError
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.models.hardware import area as area_model
 from deepstack.models.parallel.memory import feasible_strategies
-from deepstack.models.parallel.strategies import Strategy, divisors, prime_factors
+from deepstack.models.parallel.strategies import (
+    Strategy,
+    divisors,
+    prime_factors,
+    prune_tp_heads,
+    prune_tp_intermediate,
+)
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint, scaled_network
 
@@ -45,20 +51,9 @@ class _ScheduleVars:
 
 
 def _allowed_tp(scenario: Scenario, divs: list[int]) -> list[int]:
-    """TP degrees passing the divisibility rules (heads, KV heads, intermediates)."""
-    model, att = scenario.model, scenario.model.attention
-    out = []
-    for tp in divs:
-        if att.heads % tp:
-            continue
-        if att.kind != "mla" and att.kv_heads % tp and tp % att.kv_heads:
-            continue
-        if model.dense_layers and model.dense_intermediate % tp:
-            continue
-        if model.moe is not None and model.moe.expert_intermediate % tp:
-            continue
-        out.append(tp)
-    return out
+    """TP degrees passing the divisibility rules (heads, KV heads, intermediates): the composer's own rules."""
+    return [tp for tp in divs if prune_tp_heads(scenario, Strategy(tp=tp)) is None
+            and prune_tp_intermediate(scenario, Strategy(tp=tp)) is None]
 
 
 def _allowed_ep(scenario: Scenario, divs: list[int]) -> list[int]:
@@ -108,8 +103,11 @@ def _add_rules(model, scenario: Scenario, divs, index, value, fsdp, n: int) -> N
     if scenario.phase == "decode":  # sp_in_decode
         model.Add(value["sp"] == 1)
     model.Add(value["dp"] >= 2).OnlyEnforceIf(fsdp)  # fsdp_without_dp
-    replicas = model.NewIntVar(1, n, "replicas")
-    model.AddMultiplicationEquality(replicas, [value["dp"], value["ep"]])
+    replicas = model.NewIntVar(1, n, "replicas")  # as assumptions.data_replicas_for_pruning counts them
+    if assumptions.is_paper(scenario):
+        model.Add(replicas == value["dp"])
+    else:
+        model.AddMultiplicationEquality(replicas, [value["dp"], value["ep"]])
     model.Add(replicas <= batch)  # replicas_exceed_batch
     if scenario.phase == "decode":  # pp_exceeds_microbatches: pp ≤ ceil(batch / replicas) ⇔ (pp−1)·replicas < batch
         pp_minus_one = model.NewIntVar(0, n, "pp_minus_one")

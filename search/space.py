@@ -81,7 +81,8 @@ def scenarios(space: DesignSpace) -> list[Scenario]:
     environment (``ambient_c``, ``max_temp_c``; unset: each chip's)."""
     axes = space.scenarios
     return [build_scenario(model, phase, batch, input_len, output_len, axes.precision,
-                           origin=f"space {space.name} scenario").with_cooling(axes.ambient_c, axes.max_temp_c)
+                           origin=f"space {space.name} scenario", assumptions=axes.assumptions
+                           ).with_cooling(axes.ambient_c, axes.max_temp_c)
             for model in axes.models for phase in axes.phases for batch in axes.batches
             for input_len, output_len in axes.sequence_lengths]
 

@@ -146,12 +146,13 @@ def validate(cls: type[T], data: Any, origin: str = "") -> T:
 
 
 def build_scenario(model: str, phase: str, batch: int, input_len: int = 1024, output_len: int = 1024,
-                   precision: str | None = None, origin: str = "scenario"):
+                   precision: str | None = None, origin: str = "scenario", assumptions: str = "default"):
     """A validated :class:`Scenario` from names and numbers (the CLI's flags, a space's axes, a study's
     parameters); ``precision`` None keeps the model's default. Errors name ``origin``."""
     from deepstack.schema.scenario import Scenario
 
-    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len, "output_len": output_len}
+    data = {"model": model, "phase": phase, "batch": batch, "input_len": input_len, "output_len": output_len,
+            "assumptions": assumptions}
     if precision:
         data["precision"] = precision
     return validate(Scenario, data, origin=origin)

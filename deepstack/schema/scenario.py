@@ -11,6 +11,8 @@ from deepstack.schema.base import Frozen
 from deepstack.schema.llm import LLM
 
 _PRECISION = re.compile(r"^a(\d+)w(\d+)(?:kv(\d+))?$")
+ASSUMPTION_SETS = ("default", "paper")  # docs/model.md §17 lists every assumption where the two differ
+Assumptions = Literal["default", "paper"]
 _ALLOWED_BITS = (4, 8, 16, 32)
 
 
@@ -85,6 +87,13 @@ class Scenario(Frozen):
         None, gt=0, le=200,
         description="junction limit DVFS holds and feasibility checks; default: the chip's thermal.target_c, "
                     "85 °C (the top of DRAM's normal range, JEDEC)")
+    assumptions: Assumptions = Field(
+        "default", description="the assumption set: default (this project's) or paper (the DeepStack paper's and "
+                               "its artifact's stated choices; docs/model.md §17 lists where they differ)")
+    decode_kv_len: int | None = Field(
+        None, ge=1, le=20_971_520,
+        description="decode: cached tokens each request attends to; default (None): the mean over the generation, "
+                    "input_len + output_len / 2 (under the paper set, the mean of four lengths, docs/model.md §17)")
 
     @field_validator("model", mode="before")
     @classmethod

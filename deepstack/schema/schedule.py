@@ -20,6 +20,10 @@ Algorithm = str  # "auto" or a name in ALGORITHMS_FOR (checked by the models tha
 MODULE_DEGREES = ("tp", "ep", "sp", "cp", "dp")
 _MODULE_ALIASES = {"attn": "attention", "attention": "attention", "ffn": "ffn", "moe": "ffn", "mlp": "ffn"}
 _MAX_DEGREE = 1 << 20
+# How a flat schedule maps onto the MoE block, in the paper artifact's words: "none" keeps the MoE block's tp and
+# ep as given; "replace_only" folds its TP into EP (vLLM's TP8 with expert parallelism runs its MoE as EP8). Here
+# the FFN module takes the folded layout (dense FFN layers and shared experts with it: docs/model.md §17).
+MOE_MODES = ("none", "replace_only")
 # Which algorithms implement which collective: the built-ins of deepstack.models.collectives (a test keeps them
 # equal); its register_algorithm adds the ones a user registers, so files and --parallel may name them too.
 ALGORITHMS_FOR: dict[str, tuple[str, ...]] = {
@@ -120,9 +124,11 @@ class Schedule(Frozen):
     @classmethod
     def parse(cls, text: str) -> Schedule:
         """Parse ``"tp=8,pp=4,dp=8"`` or ``"attn:tp=4,dp=64;moe:ep=32,tp=8"`` (``fsdp``, ``pp=``,
-        ``microbatches=`` and ``<collective>=<algorithm>`` may appear in any segment)."""
+        ``microbatches=``, ``moe_mode=none|replace_only`` and ``<collective>=<algorithm>`` may appear in any
+        segment)."""
         modules: dict[str, dict[str, int]] = {}
         shared: dict[str, int] = {}
+        moe_mode = "none"
         top: dict = {"collectives": {}}
         for segment in filter(None, (s.strip() for s in text.split(";"))):
             target = shared
@@ -141,6 +147,12 @@ class Schedule(Frozen):
                 if key in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"):
                     top["collectives"][key] = value.strip()
                     continue
+                if key == "moe_mode":
+                    moe_mode = value.strip().lower()
+                    if moe_mode not in MOE_MODES:
+                        raise UserInputError(f"--parallel: moe_mode must be one of {', '.join(MOE_MODES)} "
+                                             f"(got {value.strip()!r})")
+                    continue
                 try:
                     number = int(value)
                 except ValueError:
@@ -153,7 +165,8 @@ class Schedule(Frozen):
                     target[key] = number
                 else:
                     raise UserInputError(
-                        f"--parallel: unknown degree {key!r}; allowed: tp, ep, sp, cp, dp, pp, fsdp, microbatches"
+                        f"--parallel: unknown degree {key!r}; allowed: tp, ep, sp, cp, dp, pp, fsdp, microbatches, "
+                        "moe_mode"
                     )
         attention = {**shared, **modules.get("attention", {})}
         ffn = {**shared, **modules.get("ffn", {})}
@@ -161,6 +174,8 @@ class Schedule(Frozen):
             ffn = dict(attention)
         if "ffn" in modules and "attention" not in modules and not shared:
             attention = dict(ffn)
+        if moe_mode == "replace_only":  # the MoE block's TP folded into EP; attention keeps its TP
+            ffn["ep"] = ffn.get("ep", 1) * ffn.pop("tp", 1)
         from deepstack.schema.loader import validate
 
         return validate(cls, {"attention": attention, "ffn": ffn, **top}, origin="--parallel")

@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from deepstack.schema.base import Frozen
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
+from deepstack.schema.scenario import Assumptions
 from deepstack.schema.schedule import ALGORITHMS_FOR, Algorithm
 
 
@@ -29,6 +30,7 @@ class ScenarioAxes(Frozen):
     precision: str | None = None
     ambient_c: float | None = Field(None, ge=-50, le=100, description="°C; default: each chip's (Scenario.ambient_c)")
     max_temp_c: float | None = Field(None, gt=0, le=200, description="°C; default: each chip's (Scenario.max_temp_c)")
+    assumptions: Assumptions = Field("default", description="the assumption set (Scenario.assumptions)")
 
     @model_validator(mode="after")
     def _positive(self) -> ScenarioAxes:

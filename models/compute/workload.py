@@ -190,7 +190,7 @@ def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: 
                       attention.sp * attention.cp)
     if scenario.phase == "decode":
         q_len = q_span = head_split = 1
-        kv = context_len if context_len is not None else scenario.input_len + scenario.output_len // 2
+        kv = context_len if context_len is not None else decode_context(scenario)
         kv_local = ceil_div(kv, attention.cp * attention.sp)
     else:
         q_span, head_split = scenario.input_len, attention.sp
@@ -203,6 +203,14 @@ def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: 
     return DeviceShare(tokens=max(tokens, 1), requests=requests, q_len=q_len, kv_len=kv_local, layers=last - first,
                        dense_layers=dense, moe_layers=(last - first) - dense, first_stage=stage == 0,
                        last_stage=stage == pp - 1, q_span=q_span, head_split=head_split)
+
+
+def decode_context(scenario: Scenario) -> int:
+    """Cached tokens each request attends to in a decode step: the scenario's ``decode_kv_len``, else the mean
+    over the generation (input + output/2)."""
+    if scenario.decode_kv_len is not None:
+        return scenario.decode_kv_len
+    return scenario.input_len + scenario.output_len // 2
 
 
 def moe_load_imbalance(mean_tokens: float, ep: int) -> float:
@@ -403,11 +411,14 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
                                                                   share.tokens * d * a, segment_bytes=d * w),))))
     # the FFN's tokens per device follow its own layout: a per-module schedule whose FFN has more (fewer)
     # replicas than its attention splits (gathers) the tokens at the module boundary, as its collectives do
-    ffn_tokens, group_tokens = share.tokens, None
+    ffn_tokens = share.tokens
     if ffn != attention:
         ffn_tokens = device_share(model, scenario, ffn, pp, stage, context_len).tokens
-        # an EP group routes the distinct tokens its devices hold, not each device's share rounded up
-        group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp))
+    # an EP group routes the distinct tokens its devices hold, not each device's share rounded up, and only real
+    # requests' tokens: replicas beyond the requests hold padding (docs/model.md §13)
+    per_request = 1 if phase == "decode" else scenario.input_len
+    real = ceil_div(scenario.batch * per_request, ffn.dp * ffn.sp * ffn.cp)
+    group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp), real)
     if share.dense_layers:
         out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, ffn_tokens, ffn, a, w, False)))
     if share.moe_layers:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from deepstack.errors import UserInputError
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.schema.scenario import Scenario
 from deepstack.schema.schedule import ModuleParallel, Schedule
 
@@ -216,11 +216,6 @@ def enumerate_strategies(n: int) -> tuple[Strategy, ...]:
 Rule = Callable[[Scenario, Strategy], str | None]
 
 
-def _replicas(s: Strategy) -> int:
-    """Attention data-parallel replicas: DP·EP (EP acts as DP outside the routed experts, paper §3.3.1)."""
-    return s.dp * s.ep
-
-
 def prune_sp_in_decode(scenario: Scenario, s: Strategy) -> str | None:
     """SP > 1 in decode: a decode step has one token per request, so there is no sequence to split
     (paper §4.2.3; splitting the cached context is CP's job)."""
@@ -246,8 +241,10 @@ def prune_replicas_exceed_batch(scenario: Scenario, s: Strategy) -> str | None:
     DP splits whole requests, and EP acts as DP for attention in both phases, so the same bound applies in
     prefill and decode; splitting one long prompt is SP's and CP's job.
     """
-    if _replicas(s) > scenario.batch:
-        return f"dp·ep={_replicas(s)} > batch={scenario.batch}: idle attention replicas"
+    replicas = assumptions.data_replicas_for_pruning(scenario, s.dp, s.ep)
+    if replicas > scenario.batch:
+        what = "dp" if replicas == s.dp and s.ep > 1 else "dp·ep"
+        return f"{what}={replicas} > batch={scenario.batch}: idle attention replicas"
     return None
 
 
@@ -258,7 +255,7 @@ def prune_pp_exceeds_microbatches(scenario: Scenario, s: Strategy) -> str | None
     can be cut into sequence chunks that pipeline on their own."""
     if scenario.phase != "decode":
         return None
-    microbatches = math.ceil(scenario.batch / _replicas(s))
+    microbatches = math.ceil(scenario.batch / assumptions.data_replicas_for_pruning(scenario, s.dp, s.ep))
     if s.pp > microbatches:
         return f"pp={s.pp} > {microbatches} microbatches available in decode: pipeline never fills"
     return None
@@ -276,6 +273,8 @@ def prune_tp_heads(scenario: Scenario, s: Strategy) -> str | None:
     """TP must divide the attention heads (docs/model.md), and for GQA/MQA either divide the KV heads or be a
     multiple of them (KV heads are then replicated), as vLLM's ``QKVParallelLinear`` requires."""
     att = scenario.model.attention
+    if assumptions.tp_may_exceed_heads(scenario) and s.tp > att.heads and s.tp % att.heads == 0:
+        return None
     if att.heads % s.tp:
         return f"tp={s.tp} does not divide {att.heads} attention heads"
     if att.kind != "mla" and att.kv_heads % s.tp and s.tp % att.kv_heads:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.models.compute.dispatch import time_op
 from deepstack.models.compute.gemm_tuner import prepare_gemms
 from deepstack.models.compute.workload import Choice, Gemm, LayerOps
@@ -119,8 +119,9 @@ def microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
     fewest = chunks.count if chunks else 1
     if schedule.pp == 1 or (chunks and chunks.tokens < scenario.input_len):
         return [fewest]
-    if schedule.microbatches:
-        return [max(schedule.microbatches, fewest)]
+    fixed = schedule.microbatches or assumptions.pipeline_microbatches(scenario, schedule.pp)
+    if fixed:
+        return [max(fixed, fewest)]
     per_replica = math.ceil(scenario.batch / schedule.attention.replicas)
     options = [m for m in (schedule.pp, 2 * schedule.pp, 4 * schedule.pp) if m <= per_replica] or [per_replica]
     return sorted({max(m, fewest) for m in options})

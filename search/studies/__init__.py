@@ -29,6 +29,7 @@ from typing import Any
 
 from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
+from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.files import write_text_atomically
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
@@ -197,15 +198,24 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
-def run_study(recipe_path: str, out: str | None = None, quick: bool = False) -> dict[str, Any]:
-    """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``)."""
+def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
+              assumptions: str | None = None) -> dict[str, Any]:
+    """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``).
+    ``assumptions`` (default: the recipe's ``assumptions`` parameter, else ``default``) names the assumption set
+    every scenario of the run is evaluated under (docs/model.md §17); a paper-set run goes to ``<name>-paper``."""
     recipe = load_file(recipe_path, expected_kind="study")
     available = runners()
     if recipe.runner not in available:
         raise UserInputError(f"{recipe_path}: runner: must be one of {', '.join(sorted(available))} "
                              f"(got {recipe.runner!r})")
     params = {**recipe.parameters, **(recipe.quick if quick else {})}
-    folder = Path(out or Path("studies") / "out" / (recipe.name + ("-quick" if quick else "")))
+    if assumptions is not None:
+        params["assumptions"] = assumptions
+    chosen = params.get("assumptions", "default")
+    if chosen not in ASSUMPTION_SETS:
+        raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
+    suffix = ("-paper" if chosen == "paper" else "") + ("-quick" if quick else "")
+    folder = Path(out or Path("studies") / "out" / (recipe.name + suffix))
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD
     record_path.unlink(missing_ok=True)  # a stale record would vouch for files this run is about to replace
@@ -215,6 +225,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False) -> 
     wall_s = time.perf_counter() - started
     write_text_atomically(record_path, _json({
         "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
+        "assumptions": chosen,
         "question": recipe.question, "parameters": _jsonable(params), "started_at": started_at,
         "finished_at": utc_now(), "wall_s": wall_s, "rows": context.rows_written,
         "files": [Path(f).relative_to(folder).as_posix() for f in dict.fromkeys(context.files)],

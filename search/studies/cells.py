@@ -93,6 +93,7 @@ class Cell:
     stacked_layers: int
     connected_layers: int
     objectives: tuple[str, ...]
+    assumptions: str = "default"
 
 
 def cells_of(ctx: StudyContext, chips: Sequence[str], nocs: Sequence[str], stackings: Sequence[tuple[int, int]],
@@ -100,7 +101,8 @@ def cells_of(ctx: StudyContext, chips: Sequence[str], nocs: Sequence[str], stack
     model = ctx.param("model")
     lengths = int(ctx.param("input_len", 1024)), int(ctx.param("output_len", 1024))
     precision = ctx.params.get("precision")
-    return [Cell(chip, ctx.path(noc), model, phase, batch, *lengths, precision, m, n, objectives)
+    return [Cell(chip, ctx.path(noc), model, phase, batch, *lengths, precision, m, n, objectives,
+                 ctx.param("assumptions", "default"))
             for phase, batch in regimes_of(ctx) for chip in chips for noc in nocs for m, n in stackings]
 
 
@@ -122,7 +124,7 @@ def area_columns(area: dict) -> dict:
 def evaluate_cell(cell: Cell) -> list[dict]:
     """One CSV row per objective: the best schedule's report flattened, with area and power density."""
     sc = build_scenario(cell.model, cell.phase, cell.batch, cell.input_len, cell.output_len, cell.precision,
-                        origin="study scenario")
+                        origin="study scenario", assumptions=cell.assumptions)
     design = common.point(cell.chip, sc, cell.noc, cell.stacked_layers, cell.connected_layers)
     base = {"chip": cell.chip, "noc": design.network.name if design.network else "", "phase": cell.phase,
             "batch": cell.batch, "stacked_layers": cell.stacked_layers, "connected_layers": cell.connected_layers}

@@ -73,7 +73,8 @@ def scenario_of(ctx: StudyContext, model: str, phase: str, batch: int) -> Scenar
     """The scenario of a recipe's model, phase and batch, with its ``input_len``, ``output_len`` and ``precision``
     parameters (1024, 1024 and the model's default when absent)."""
     return build_scenario(model, phase, batch, ctx.param("input_len", 1024), ctx.param("output_len", 1024),
-                          ctx.params.get("precision"), origin="study scenario")
+                          ctx.params.get("precision"), origin="study scenario",
+                          assumptions=ctx.param("assumptions", "default"))
 
 
 def preset_ref(ctx: StudyContext, ref: str) -> str:

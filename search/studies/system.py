@@ -17,7 +17,8 @@ from deepstack.search.studies.common import point
 def strategy_histogram(ctx: StudyContext) -> None:
     """How many strategies reach each STPS level on one hardware point (paper Fig. 3)."""
     sc = build_scenario(ctx.param("model"), ctx.param("phase"), ctx.param("batch"), ctx.param("input_len", 1024),
-                        ctx.param("output_len", 1024), origin="study scenario")
+                        ctx.param("output_len", 1024), origin="study scenario",
+                        assumptions=ctx.param("assumptions", "default"))
     chip, noc = ctx.param("chip"), ctx.path(ctx.param("noc"))
     m = ctx.param("stacked_layers", 4)
     n = ctx.param("connected_layers", m)

@@ -66,7 +66,7 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
     """One row per DVFS policy and ambient: the best schedule's report flattened, with what set its clock."""
     c = task.cell
     workload = build_scenario(c.model, c.phase, c.batch, c.input_len, c.output_len, c.precision,
-                              origin="study scenario")
+                              origin="study scenario", assumptions=c.assumptions)
     rows = []
     for policy, ambient in ((p, a) for p in task.policies for a in task.ambients_c):
         design = with_policy(common.point(c.chip, workload.with_cooling(ambient, task.max_temp_c), c.noc,

@@ -1,0 +1,56 @@
+"""The assumption sets (docs/model.md §17): ``default``, this project's choices, and ``paper``, the DeepStack
+paper's and its public artifact's stated choices wherever they differ. Every difference is decided here, so a
+law elsewhere asks one question of this module instead of spelling out the paper's rule itself."""
+
+from __future__ import annotations
+
+from deepstack.schema import Scenario
+
+PAPER = "paper"
+
+# Paper §4.1.2 with the artifact's evaluation notes: junction temperature T = 35 °C + R(m)·P for each 100 mm²
+# device (the paper's fit R(m) = 0.56 + 0.01·m °C/W; this project's default coolant is 25 °C, docs/calibration.md §10).
+PAPER_AMBIENT_C = 35.0
+
+# The artifact's decode evaluation: STPS is the mean over cached KV lengths 1,024, 1,365, 1,707 and 2,048 for
+# 1,024 → 1,024 tokens, i.e. the prompt plus 0, 1/3, 2/3 and all of the generated tokens.
+PAPER_DECODE_POINTS = 4
+
+
+def is_paper(scenario: Scenario) -> bool:
+    return scenario.assumptions == PAPER
+
+
+def decode_kv_lengths(scenario: Scenario) -> tuple[int, ...]:
+    """The cached lengths a paper-set decode step is averaged over: input + j/3 of the output, j = 0…3."""
+    last = PAPER_DECODE_POINTS - 1
+    return tuple(scenario.input_len + round(j * scenario.output_len / last) for j in range(PAPER_DECODE_POINTS))
+
+
+def ambient_c(scenario: Scenario) -> float | None:
+    """The coolant temperature the scenario asks for: its own, else the paper set's 35 °C, else None (the
+    chip's)."""
+    if scenario.ambient_c is not None or not is_paper(scenario):
+        return scenario.ambient_c
+    return PAPER_AMBIENT_C
+
+
+def pipeline_microbatches(scenario: Scenario, pp: int) -> int | None:
+    """The paper's decode minibatch is ⌈batch / pp⌉ requests, so a decode step runs exactly ``pp``
+    micro-batches; None: this project tunes the count (docs/model.md §11)."""
+    if is_paper(scenario) and scenario.phase == "decode" and pp > 1:
+        return pp
+    return None
+
+
+def data_replicas_for_pruning(scenario: Scenario, dp: int, ep: int) -> int:
+    """The replicas the 'more replicas than requests' rule counts: DP·EP by default (EP ranks' attention serves
+    requests too); DP alone under the paper set (§4.2.3 prunes infeasible DP; its Table 4 picks tp16·ep16 for
+    four requests)."""
+    return dp if is_paper(scenario) else dp * ep
+
+
+def tp_may_exceed_heads(scenario: Scenario) -> bool:
+    """Under the paper set TP may be a multiple of the attention heads (heads replicated, its Table 4 baseline
+    runs tp=256 on DeepSeek-V3's 128 heads); by default TP must divide them."""
+    return is_paper(scenario)
