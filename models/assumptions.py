@@ -27,11 +27,14 @@ def decode_kv_lengths(scenario: Scenario) -> tuple[int, ...]:
     return tuple(scenario.input_len + round(j * scenario.output_len / last) for j in range(PAPER_DECODE_POINTS))
 
 
-def ambient_c(scenario: Scenario) -> float | None:
-    """The coolant temperature the scenario asks for: its own, else the paper set's 35 °C, else None (the
-    chip's)."""
+def junction_ambient_c(scenario: Scenario, chip_ambient_c: float) -> float:
+    """The ambient of the temperature a design is judged by. The paper's DVFS rule is anchored at its thermal fit
+    (P_dyn(m) = TDP·R(4)/R(m) − P_static, independent of the coolant), while its artifact judges the junction at
+    T = 35 °C + R(m)·P: so under the paper set the clock follows the chip's anchor environment and the temperature
+    is 35 °C + R(m)·P, and a design drawing more than (85 − 35) / R(m) W is above the limit, infeasible (paper
+    §5.5: many large-batch decode designs exceed 85 °C). A coolant the scenario names is used for both."""
     if scenario.ambient_c is not None or not is_paper(scenario):
-        return scenario.ambient_c
+        return chip_ambient_c
     return PAPER_AMBIENT_C
 
 

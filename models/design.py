@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
-from deepstack.models import assumptions, memo
+from deepstack.models import memo
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 
@@ -41,10 +41,9 @@ class DesignPoint:
         table, where the device model reads it; the point's scenario keeps the workload alone, so phases timed
         for one environment serve every other (their memo keys hold the scenario)."""
         sc = self.scenario
-        ambient = assumptions.ambient_c(sc)  # the scenario's, or its assumption set's
-        if ambient is None and sc.max_temp_c is None:
+        if sc.ambient_c is None and sc.max_temp_c is None:
             return
-        object.__setattr__(self, "chip", cooled(self.chip, ambient, sc.max_temp_c))
+        object.__setattr__(self, "chip", cooled(self.chip, sc.ambient_c, sc.max_temp_c))
         object.__setattr__(self, "scenario", workload_of(sc))
 
     @property

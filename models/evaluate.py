@@ -100,7 +100,8 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     idle = idle_devices(s, scenario.batch, devices)
     system_power_w = power_w * (devices - idle) + thermal.static_power_w(dev.tdp_W) * idle
     layers = dev.dram.stacked_layers if dev.is_3d else 0
-    temperature = thermal.temperature_c(dev.ambient_c, layers, power_w, dev.device_area_mm2)
+    ambient_c = assumptions.junction_ambient_c(scenario, dev.ambient_c)
+    temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
     memory = memory_footprint(scenario, s)
     usable = dev.dram.capacity_B * (1 - MEMORY_RESERVE)
     violations = []
@@ -115,8 +116,9 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
                       dev.clock_Hz * scale / 1e9, dev.device_area_mm2 * devices, memory.total_B / GiB)
     return Report(
         feasible=not violations, violations=tuple(violations), metrics=metrics,
-        hardware=hardware_summary(point.chip, point.network, point.stacked_layers, point.connected_layers,
-                                  point.sram, point.noc_bw_scale, devices),
+        hardware=dataclasses.replace(
+            hardware_summary(point.chip, point.network, point.stacked_layers, point.connected_layers, point.sram,
+                             point.noc_bw_scale, devices), ambient_c=ambient_c),
         schedule=schedule_summary(s, devices, main.microbatches),
         scenario=scenario_summary(scenario),
         breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B,
