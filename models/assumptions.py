@@ -4,7 +4,8 @@ law elsewhere asks one question of this module instead of spelling out the paper
 
 from __future__ import annotations
 
-from deepstack.schema import Scenario
+from deepstack.models import memo
+from deepstack.schema import ChipArchitecture, Scenario
 
 PAPER = "paper"
 
@@ -25,6 +26,21 @@ def decode_kv_lengths(scenario: Scenario) -> tuple[int, ...]:
     """The cached lengths a paper-set decode step is averaged over: input + j/3 of the output, j = 0…3."""
     last = PAPER_DECODE_POINTS - 1
     return tuple(scenario.input_len + round(j * scenario.output_len / last) for j in range(PAPER_DECODE_POINTS))
+
+
+def chip_under(scenario: Scenario, chip: ChipArchitecture) -> ChipArchitecture:
+    """``chip`` as the scenario's assumption set sees it: under the paper set its weights lie in the framework's
+    row-major layout, so a GEMM tile access is a transaction of tile-K contiguous elements per weight row (paper
+    §4.1.3: "for each tile access, our method computes the effective transaction size and queries this curve");
+    by default the chip's own layout (tiled: every tile's block contiguous, full-row transactions)."""
+    return _row_major(chip) if is_paper(scenario) else chip
+
+
+@memo.cached(maxsize=1024)
+def _row_major(chip: ChipArchitecture) -> ChipArchitecture:
+    if chip.device.weight_layout == "row_major":
+        return chip
+    return chip.model_copy(update={"device": chip.device.model_copy(update={"weight_layout": "row_major"})})
 
 
 def junction_ambient_c(scenario: Scenario, chip_ambient_c: float) -> float:

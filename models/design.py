@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 
@@ -41,6 +41,7 @@ class DesignPoint:
         table, where the device model reads it; the point's scenario keeps the workload alone, so phases timed
         for one environment serve every other (their memo keys hold the scenario)."""
         sc = self.scenario
+        object.__setattr__(self, "chip", assumptions.chip_under(sc, self.chip))
         if sc.ambient_c is None and sc.max_temp_c is None:
             return
         object.__setattr__(self, "chip", cooled(self.chip, sc.ambient_c, sc.max_temp_c))

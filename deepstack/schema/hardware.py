@@ -178,6 +178,10 @@ class Device(Frozen):
     l2_MiB: float = Field(gt=0, le=1e5)
     l2_bw_B_per_cycle: float = Field(gt=0, le=1e7)
     dram: Dram
+    weight_layout: Literal["tiled", "row_major"] = Field(
+        "tiled", description="how weights lie in DRAM: tiled (each GEMM tile's block contiguous, as a compiler lays "
+                             "them out: full-row transactions) or row_major (the framework's [out, in] rows: a tile "
+                             "access reads tile-K contiguous elements per row; docs/model.md §4, §17)")
 
     @field_validator("pes")
     @classmethod

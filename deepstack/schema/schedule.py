@@ -21,8 +21,8 @@ MODULE_DEGREES = ("tp", "ep", "sp", "cp", "dp")
 _MODULE_ALIASES = {"attn": "attention", "attention": "attention", "ffn": "ffn", "moe": "ffn", "mlp": "ffn"}
 _MAX_DEGREE = 1 << 20
 # How a flat schedule maps onto the MoE block, in the paper artifact's words: "none" keeps the MoE block's tp and
-# ep as given; "replace_only" folds its TP into EP (vLLM's TP8 with expert parallelism runs its MoE as EP8). Here
-# the FFN module takes the folded layout (dense FFN layers and shared experts with it: docs/model.md §17).
+# ep as given; "replace_only" folds its TP into EP (vLLM's TP8 with expert parallelism runs its MoE as EP8): the
+# FFN module takes the folded layout for the routed experts, the rest of the FFN stays on the attention's TP.
 MOE_MODES = ("none", "replace_only")
 # Which algorithms implement which collective: the built-ins of deepstack.models.collectives (a test keeps them
 # equal); its register_algorithm adds the ones a user registers, so files and --parallel may name them too.
@@ -78,6 +78,10 @@ class Schedule(Frozen):
     fsdp: bool = False
     microbatches: int | None = Field(None, ge=1, le=_MAX_DEGREE, description="PP microbatches (None: tuned)")
     collectives: dict[Collective, Algorithm] = Field(default_factory=dict, description='default "auto" each')
+    moe_mode: Literal["none", "replace_only"] = Field(
+        "none", description="replace_only: the FFN module's layout is for the routed experts alone; dense FFN layers, "
+                            "shared experts and the vocabulary-parallel head stay on the attention's TP (as vLLM "
+                            "runs TP with expert parallelism); none: the FFN layout covers every FFN layer")
 
     @model_validator(mode="after")
     def _algorithms_apply(self) -> Schedule:
@@ -103,7 +107,7 @@ class Schedule(Frozen):
     def _hashed_fields(self) -> tuple:
         # the collectives table is a dict; hash its items so schedules (and design points) can key memos
         return (self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
-                tuple(sorted(self.collectives.items())))
+                tuple(sorted(self.collectives.items())), self.moe_mode)
 
     @property
     def is_per_module(self) -> bool:
@@ -116,6 +120,8 @@ class Schedule(Frozen):
         extras = [f"pp={self.pp}"] if self.pp > 1 else []
         if self.fsdp:
             extras.append("fsdp")
+        if self.moe_mode != "none":
+            extras.append(f"moe_mode={self.moe_mode}")
         if self.is_per_module:
             return ";".join([f"attn:{self.attention}", f"ffn:{self.ffn}", *([",".join(extras)] if extras else [])])
         degrees = [] if str(self.attention) == "tp=1" and extras else [str(self.attention)]
@@ -176,6 +182,7 @@ class Schedule(Frozen):
             attention = dict(ffn)
         if moe_mode == "replace_only":  # the MoE block's TP folded into EP; attention keeps its TP
             ffn["ep"] = ffn.get("ep", 1) * ffn.pop("tp", 1)
+            top["moe_mode"] = moe_mode
         from deepstack.schema.loader import validate
 
         return validate(cls, {"attention": attention, "ffn": ffn, **top}, origin="--parallel")

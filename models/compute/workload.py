@@ -322,9 +322,9 @@ def _mla_core(t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase
 
 @memo.cached(maxsize=16384)
 def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: bool,
-             group_tokens: int | None = None) -> tuple[Op, ...]:
+             group_tokens: int | None = None, shared_on: tuple[int, int] | None = None) -> tuple[Op, ...]:
     """The FFN (dense or MoE) of one layer for ``t`` tokens; ``group_tokens``: the distinct tokens the EP group
-    routes (default ``t`` × EP)."""
+    routes (default ``t`` × EP); ``shared_on``: the (TP, tokens) the shared experts run with (default the FFN's)."""
     d = model.hidden
     tp = ffn.tp
     ops: list[Op] = [Vector("ffn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
@@ -357,10 +357,11 @@ def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: b
     ops.append(Gemm("expert_down", per_expert, d, inter, groups=groups, a_bytes=a, b_bytes=w, c_bytes=a))
     ops.append(Vector("moe_combine", t * m.top_k * d, slots * d * a, t * d * a, 2.0))
     if m.shared_experts:
-        shared = ceil_div(m.shared_experts * m.expert_intermediate, tp)
-        ops.append(Gemm("shared_gate_up", t, 2 * shared, d, a_bytes=a, b_bytes=w, c_bytes=a,
+        shared_tp, shared_t = shared_on or (tp, t)
+        shared = ceil_div(m.shared_experts * m.expert_intermediate, shared_tp)
+        ops.append(Gemm("shared_gate_up", shared_t, 2 * shared, d, a_bytes=a, b_bytes=w, c_bytes=a,
                         epilogue_vector_flops=SILU_MUL_FLOPS_PER_ELEMENT / 2, epilogue_sfu_ops=0.5))
-        ops.append(Gemm("shared_down", t, d, shared, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
+        ops.append(Gemm("shared_down", shared_t, d, shared, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                         epilogue_read_bytes=a))
     return _interned_ops(ops)
 
@@ -395,9 +396,11 @@ def _layer(kind: str, layers: int, ops: tuple) -> LayerOps:
 
 @memo.cached(maxsize=4096)
 def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
-                   stage: int = 0, context_len: int | None = None) -> tuple[LayerOps, ...]:
+                   stage: int = 0, context_len: int | None = None, moe_mode: str = "none") -> tuple[LayerOps, ...]:
     """Operators of one forward pass on one device of pipeline stage ``stage``; ``context_len``: the keys each
-    request attends to (:func:`device_share`; a prefill chunk's include those of its earlier chunks)."""
+    request attends to (:func:`device_share`; a prefill chunk's include those of its earlier chunks).
+    ``moe_mode`` "replace_only": only the routed experts take the FFN layout; dense FFN layers, shared experts
+    and the vocabulary-parallel embedding and head run on the attention's (Schedule.moe_mode)."""
     prec = scenario.precision
     a, w, kv = prec.activation_bytes, prec.weight_bytes, prec.kv_bytes
     share = device_share(model, scenario, attention, pp, stage, context_len)
@@ -419,15 +422,16 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
     per_request = 1 if phase == "decode" else scenario.input_len
     real = ceil_div(scenario.batch * per_request, ffn.dp * ffn.sp * ffn.cp)
     group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp), real)
+    dense, dense_tokens = (attention, share.tokens) if moe_mode == "replace_only" else (ffn, ffn_tokens)
     if share.dense_layers:
-        out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, ffn_tokens, ffn, a, w, False)))
+        out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, dense_tokens, dense, a, w, False)))
     if share.moe_layers:
-        out.append(_layer("moe", share.moe_layers,
-                          attn + _ffn_ops(model, ffn_tokens, ffn, a, w, True, group_tokens)))
+        out.append(_layer("moe", share.moe_layers, attn + _ffn_ops(model, ffn_tokens, ffn, a, w, True, group_tokens,
+                                                                   (dense.tp, dense_tokens))))
     if share.last_stage:
         d = model.hidden
         rows = share.requests if phase == "prefill" else share.tokens  # logits of the last position only
-        vocab = ceil_div(model.vocab, ffn.tp)
+        vocab = ceil_div(model.vocab, dense.tp)
         out.append(_layer("lm_head", 1, _interned_ops((
             Vector("final_norm", rows * d, rows * d * a, rows * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d),
             Gemm("lm_head", rows, vocab, d, a_bytes=a, b_bytes=w, c_bytes=4.0),

@@ -35,6 +35,7 @@ class DramSpec:
     interleave_ways: int  # 1 = direct-attached banks
     transfer_J_per_B: float  # every byte moved between the banks and the logic die (docs/calibration.md §3)
     activation_J_per_row: float  # every row opened: activate + precharge of row_B bytes of bitlines
+    weight_layout: str = "tiled"  # schema Device.weight_layout: how a GEMM's weight tiles sit in the rows
 
     @property
     def bank_bw_Bps(self) -> float:
@@ -140,6 +141,7 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         refresh_availability=dram.timing.refresh_availability, interleave_ways=interleave_ways,
         transfer_J_per_B=dram.transfer_pJ_per_bit * 8e-12,
         activation_J_per_row=dram.activation_pJ_per_row_bit * dram.row_bytes * 8e-12,
+        weight_layout=d.weight_layout,
     )
     l1_KiB = sram.l1_KiB if sram and sram.l1_KiB else chip.pe.l1_KiB
     l1_bw = chip.pe.l1_bw_B_per_cycle * (sram.l1_bw_scale if sram else 1.0)

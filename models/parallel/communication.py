@@ -111,6 +111,11 @@ def ffn_comms(model: LLM, scenario: Scenario, schedule: Schedule, share_a: Devic
     ab = scenario.precision.activation_bytes
     d = model.hidden
     out: list[CommOp] = []
+    on_attention = schedule.moe_mode == "replace_only"  # dense FFN and shared experts on the attention's TP
+    if on_attention and not moe:
+        if schedule.attention.tp > 1:
+            out.append(CommOp("ffn_tp_allreduce", "all_reduce", "a_tp", share_a.tokens * d * ab, after="down_proj"))
+        return out
     if share_f.tokens > share_a.tokens:
         ratio = max(2, round(share_f.tokens / share_a.tokens))
         out.append(CommOp("reshape_to_ffn", "all_gather", f"reshape:{ratio}", share_a.tokens * d * ab))
@@ -119,8 +124,10 @@ def ffn_comms(model: LLM, scenario: Scenario, schedule: Schedule, share_a: Devic
         out.append(CommOp("moe_dispatch_a2a", "all_to_all", "f_ep", slots_B, before="expert_gate_up"))
         out.append(CommOp("moe_combine_a2a", "all_to_all", "f_ep", slots_B, after="expert_down"))
     if f.tp > 1:
-        last = "down_proj" if not moe else ("shared_down" if model.moe.shared_experts else None)
+        last = "down_proj" if not moe else ("shared_down" if model.moe.shared_experts and not on_attention else None)
         out.append(CommOp("ffn_tp_allreduce", "all_reduce", "f_tp", share_f.tokens * d * ab, after=last))
+    if on_attention and model.moe.shared_experts and schedule.attention.tp > 1:
+        out.append(CommOp("shared_tp_allreduce", "all_reduce", "a_tp", share_a.tokens * d * ab, after="shared_down"))
     if share_f.tokens < share_a.tokens:
         ratio = max(2, round(share_a.tokens / share_f.tokens))
         out.append(CommOp("reshape_to_attention", "all_gather", f"reshape:{ratio}", share_f.tokens * d * ab))
@@ -150,12 +157,13 @@ def stage_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: Devic
     """Collectives outside the transformer layers: vocabulary-parallel embedding and sampler, PP transfers."""
     ab = scenario.precision.activation_bytes
     out: list[CommOp] = []
-    f = schedule.ffn
-    if f.tp > 1 and share.first_stage:
-        out.append(CommOp("embedding_allreduce", "all_reduce", "f_tp", share.tokens * model.hidden * ab))
-    if f.tp > 1 and share.last_stage:
+    # the vocabulary-parallel embedding and head follow the FFN's TP, or the attention's under replace_only
+    tp, dim = (schedule.attention.tp, "a_tp") if schedule.moe_mode == "replace_only" else (schedule.ffn.tp, "f_tp")
+    if tp > 1 and share.first_stage:
+        out.append(CommOp("embedding_allreduce", "all_reduce", dim, share.tokens * model.hidden * ab))
+    if tp > 1 and share.last_stage:
         rows = share.requests if scenario.phase == "prefill" else share.tokens
-        out.append(CommOp("sampler_allreduce", "all_reduce", "f_tp", rows * LOGSUMEXP_BYTES))
+        out.append(CommOp("sampler_allreduce", "all_reduce", dim, rows * LOGSUMEXP_BYTES))
     if schedule.pp > 1 and not share.last_stage:
         out.append(CommOp("pp_send", "send_recv", "pp", share.tokens * model.hidden * ab))
     return out

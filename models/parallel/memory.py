@@ -137,14 +137,17 @@ class _Layout(NamedTuple):
     ffn: _Module
     pp: int
     fsdp: bool
+    dense_tp: int  # TP of the dense FFN layers and shared experts: the FFN's, or the attention's (moe_mode)
 
 
 def _layout(plan: Strategy | Schedule) -> _Layout:
     if isinstance(plan, Strategy):
         module = _Module(plan.tp, plan.ep, plan.sp, plan.cp, plan.dp)
-        return _Layout(module, module, plan.pp, plan.fsdp)
+        return _Layout(module, module, plan.pp, plan.fsdp, plan.tp)
     a, f = plan.attention, plan.ffn
-    return _Layout(_Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp), plan.pp, plan.fsdp)
+    dense_tp = a.tp if plan.moe_mode == "replace_only" else f.tp
+    return _Layout(_Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp), plan.pp, plan.fsdp,
+                   dense_tp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,12 +252,12 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
     # norms, embeddings) over the attention replicas, FFN non-expert (dense FFN, shared experts, router) over
     # the FFN replicas, routed experts over the FFN DP group.
     attention_layer = model.attention.parameter_count(hidden, att.tp) + 2 * hidden  # + the two RMSNorms (replicated)
-    dense_layer = 3 * hidden * math.ceil((model.dense_intermediate or 0) / ffn.tp)
+    dense_layer = 3 * hidden * math.ceil((model.dense_intermediate or 0) / layout.dense_tp)
     moe_shared = moe_routed = 0
     if moe:
         expert = 3 * hidden * math.ceil(moe.expert_intermediate / ffn.tp)  # one SwiGLU expert's TP shard
         router = hidden * moe.routed_experts + (moe.routed_experts if moe.router_bias else 0)  # replicated
-        moe_shared = moe.shared_experts * expert + router
+        moe_shared = moe.shared_experts * 3 * hidden * math.ceil(moe.expert_intermediate / layout.dense_tp) + router
         moe_routed = math.ceil(moe.routed_experts / ffn.ep) * expert
     vocab_shard = math.ceil(model.vocab / att.tp) * hidden  # vocab-parallel embedding / LM head
 

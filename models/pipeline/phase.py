@@ -54,7 +54,7 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     topology = communication.topology_of(point.network) if point.network is not None and point.devices > 1 else None
     layout = communication.layouts(scenario.model, scenario, s) if topology is not None else None
     stages, options, micros, context = _phase_shape(scenario, s)
-    _tune({_phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context): None}, dev)
+    _tune({_phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context, s.moe_mode): None}, dev)
     best: PhaseResult | None = None
     for m, micro in zip(options, micros, strict=True):
         multiplier = max(m, s.pp) if scenario.phase == "decode" else m + s.pp - 1
@@ -83,7 +83,8 @@ def serialised(phase: PhaseResult, schedule: Schedule, dev: DeviceSpec, scenario
     _, options, micros, context = _phase_shape(budgeted(scenario, schedule, dev), schedule)
     micro = micros[options.index(phase.microbatches)]
     gemms = {(layer.kind, op.name): op
-             for layer in chunk_workload(micro, schedule.attention, schedule.ffn, schedule.pp, phase.stage, context)
+             for layer in chunk_workload(micro, schedule.attention, schedule.ffn, schedule.pp, phase.stage, context,
+                                         schedule.moe_mode)
              for op in layer.ops if isinstance(op, Gemm)}
     rows: list = []
     for r in phase.rows:
@@ -161,7 +162,8 @@ def prepare_phases(points) -> None:
                                            point.sram, point.noc_bw_scale))
         s = point.schedule
         stages, _, micros, context = _phase_shape(budgeted(point.scenario, s, dev), s)
-        batches.setdefault(dev, {})[_phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context)] = None
+        gemms = _phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context, s.moe_mode)
+        batches.setdefault(dev, {})[gemms] = None
     for dev, phases in batches.items():
         _tune(phases, dev)
 
@@ -178,10 +180,10 @@ def _tune(phases: dict, dev: DeviceSpec) -> None:
 
 @memo.cached(maxsize=4096)
 def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...],
-                 context: int | None) -> HashedTuple:
+                 context: int | None, moe_mode: str = "none") -> HashedTuple:
     """The distinct GEMMs of a phase's workloads (the same on every device)."""
     layers = dict.fromkeys(layer for micro in micros for stage in stages
-                           for layer in chunk_workload(micro, attention, ffn, pp, stage, context))
+                           for layer in chunk_workload(micro, attention, ffn, pp, stage, context, moe_mode))
     return HashedTuple(dict.fromkeys(g for layer in layers for g in _layer_gemms(layer)))
 
 

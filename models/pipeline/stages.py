@@ -25,12 +25,12 @@ from deepstack.schema import Scenario, Schedule
 
 
 def chunk_workload(scenario: Scenario, attention, ffn, pp: int, stage: int = 0,
-                   context: int | None = None) -> tuple[LayerOps, ...]:
+                   context: int | None = None, moe_mode: str = "none") -> tuple[LayerOps, ...]:
     """The operators of one forward pass on a device of pipeline stage ``stage`` (``build_workload``); in a
     prefill chunk, its requests attend to ``context`` keys each: their own tokens and those of their earlier
     chunks (:func:`~deepstack.models.parallel.memory.prefill_chunks`; None: their own only). Only the
     attention core sees the context; the linear layers see the chunk's tokens."""
-    return build_workload(scenario.model, scenario, attention, ffn, pp, stage, context)
+    return build_workload(scenario.model, scenario, attention, ffn, pp, stage, context, moe_mode)
 
 
 @memo.cached(maxsize=65536)
@@ -157,7 +157,8 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
         return tuple(c for c, _ in out.values()), tuple(r for _, r in out.values())
 
     layers = []
-    for layer in chunk_workload(scenario, schedule.attention, schedule.ffn, schedule.pp, stage, context):
+    for layer in chunk_workload(scenario, schedule.attention, schedule.ffn, schedule.pp, stage, context,
+                                schedule.moe_mode):
         comms, routes = moving(_layer_comms(model, scenario, schedule, share_a, share_f, layer.kind == "moe")
                                if layer.kind in ("dense", "moe") else ())
         partner = {}
