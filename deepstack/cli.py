@@ -674,6 +674,8 @@ def accuracy_paper(json_out: JsonFlag = False) -> None:
                  ["row", "design", "schedule", "overlap", "area_model_pes", "paper_stps", "paper_set_stps",
                   "default_set_stps", "ratio", "verdict"])
     report.table("findings", result["findings"], ["finding", "what", "paper", "paper_set", "default_set", "verdict"])
+    report.table("each paper assumption put back to the default alone: Table 4 then", result["assumption_effects"],
+                 ["assumption back at default", "table4_mape_pct", "b4_total", "b1024_total", "flips"])
 
 
 @accuracy_app.command("serving")

@@ -19,7 +19,13 @@ PAPER_DECODE_POINTS = 4
 
 
 def is_paper(scenario: Scenario) -> bool:
-    return scenario.assumptions == PAPER
+    """Whether the scenario runs the paper set (whole, or with one choice back at the default)."""
+    return scenario.assumptions.startswith(PAPER)
+
+
+def uses(scenario: Scenario, choice: str) -> bool:
+    """Whether the scenario's assumption set makes the paper's ``choice`` (one of ``PAPER_CHOICES``)."""
+    return is_paper(scenario) and scenario.assumptions != f"{PAPER}-without-{choice}"
 
 
 def decode_kv_lengths(scenario: Scenario) -> tuple[int, ...]:
@@ -33,7 +39,7 @@ def chip_under(scenario: Scenario, chip: ChipArchitecture) -> ChipArchitecture:
     row-major layout, so a GEMM tile access is a transaction of tile-K contiguous elements per weight row (paper
     §4.1.3: "for each tile access, our method computes the effective transaction size and queries this curve");
     by default the chip's own layout (tiled: every tile's block contiguous, full-row transactions)."""
-    return _row_major(chip) if is_paper(scenario) else chip
+    return _row_major(chip) if uses(scenario, "row_major_weights") else chip
 
 
 @memo.cached(maxsize=1024)
@@ -49,7 +55,7 @@ def junction_ambient_c(scenario: Scenario, chip_ambient_c: float) -> float:
     T = 35 °C + R(m)·P: so under the paper set the clock follows the chip's anchor environment and the temperature
     is 35 °C + R(m)·P, and a design drawing more than (85 − 35) / R(m) W is above the limit, infeasible (paper
     §5.5: many large-batch decode designs exceed 85 °C). A coolant the scenario names is used for both."""
-    if scenario.ambient_c is not None or not is_paper(scenario):
+    if scenario.ambient_c is not None or not uses(scenario, "junction_35c"):
         return chip_ambient_c
     return PAPER_AMBIENT_C
 
@@ -57,7 +63,7 @@ def junction_ambient_c(scenario: Scenario, chip_ambient_c: float) -> float:
 def pipeline_microbatches(scenario: Scenario, pp: int) -> int | None:
     """The paper's decode minibatch is ⌈batch / pp⌉ requests, so a decode step runs exactly ``pp``
     micro-batches; None: this project tunes the count (docs/model.md §11)."""
-    if is_paper(scenario) and scenario.phase == "decode" and pp > 1:
+    if uses(scenario, "pp_microbatches") and scenario.phase == "decode" and pp > 1:
         return pp
     return None
 
@@ -66,10 +72,10 @@ def data_replicas_for_pruning(scenario: Scenario, dp: int, ep: int) -> int:
     """The replicas the 'more replicas than requests' rule counts: DP·EP by default (EP ranks' attention serves
     requests too); DP alone under the paper set (§4.2.3 prunes infeasible DP; its Table 4 picks tp16·ep16 for
     four requests)."""
-    return dp if is_paper(scenario) else dp * ep
+    return dp if uses(scenario, "dp_only_pruning") else dp * ep
 
 
 def tp_may_exceed_heads(scenario: Scenario) -> bool:
     """Under the paper set TP may be a multiple of the attention heads (heads replicated, its Table 4 baseline
     runs tp=256 on DeepSeek-V3's 128 heads); by default TP must divide them."""
-    return is_paper(scenario)
+    return uses(scenario, "tp_beyond_heads")

@@ -37,7 +37,7 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
     ratio, the hottest temperature and slowest clock kept, feasible only if every length is, and the breakdown
     of the longest."""
     sc = point.scenario
-    if not (assumptions.is_paper(sc) and sc.phase == "decode" and sc.decode_kv_len is None):
+    if not (assumptions.uses(sc, "kv_average") and sc.phase == "decode" and sc.decode_kv_len is None):
         return _evaluate(point, with_ttft, breakdown, overlap)
     reports = [_evaluate(dataclasses.replace(point, scenario=sc.model_copy(update={"decode_kv_len": kv})),
                          with_ttft, breakdown, overlap) for kv in assumptions.decode_kv_lengths(sc)]

@@ -104,7 +104,7 @@ def _add_rules(model, scenario: Scenario, divs, index, value, fsdp, n: int) -> N
         model.Add(value["sp"] == 1)
     model.Add(value["dp"] >= 2).OnlyEnforceIf(fsdp)  # fsdp_without_dp
     replicas = model.NewIntVar(1, n, "replicas")  # as assumptions.data_replicas_for_pruning counts them
-    if assumptions.is_paper(scenario):
+    if assumptions.uses(scenario, "dp_only_pruning"):
         model.Add(replicas == value["dp"])
     else:
         model.AddMultiplicationEquality(replicas, [value["dp"], value["ep"]])
@@ -204,12 +204,12 @@ class Feasibility:
                 l1_bw = chip.pe.l1_bw_B_per_cycle * sram.l1_bw_scale
                 l2_MiB = sram.l2_MiB or d.l2_MiB
                 pe = area_model.pe_area_mm2(chip.pe, l1, l1_bw)
-                l2, _, _ = area_model.fixed_area_mm2(l2_MiB, d.l2_bw_B_per_cycle, 0.0, 0, 0.0)
+                l2, _, _ = area_model.fixed_area_mm2(l2_MiB, d.l2_bw_B_per_cycle, 0.0, 0, ())
                 pe_l2.append(round((pe + l2) * unit))
             for n in range(0, MAX_USEFUL_LAYERS + 1):
                 if chip.is_3d and n >= 1:
                     bw = d.dram.layer_bw_GBps * 1e9 * n
-                    _, dram_mm2, _ = area_model.fixed_area_mm2(0, 0, bw, n, 0.0)
+                    _, dram_mm2, _ = area_model.fixed_area_mm2(0, 0, bw, n, ())
                 else:
                     dram_mm2 = 0.0
                 dram.append(round(dram_mm2 * unit))
@@ -217,8 +217,8 @@ class Feasibility:
                 for combo in range(len(self.bws) ** self.levels):
                     scales = self._bw_scales(noc_name, combo)
                     net = scaled_network(noc_name, 1.0, scales)
-                    noc_bw = area_model.network_bw_per_device_Bps(net.levels) * chip.noc_bw_scale
-                    _, _, noc_mm2 = area_model.fixed_area_mm2(0, 0, 0.0, 0, noc_bw)
+                    noc_bw = tuple(bw * chip.noc_bw_scale for bw in area_model.network_bw_per_level_Bps(net.levels))
+                    noc_mm2 = area_model.noc_area_mm2(noc_bw)
                     noc.append(round(noc_mm2 * unit))
             auto = d.pes == "auto"
             budget.append(round(d.area_mm2 / (1 + area_model.AREA_OVERHEAD) * unit) if auto else 10**12)

@@ -129,12 +129,12 @@ def test_unconnected_layers_cost_no_logic_area(name):
 
 def test_connecting_more_layers_costs_area():
     """The converse: connecting the 4 extra layers pays controller/PHY and peripheral area for 4 × 409.375 GB/s
-    (4 · (0.409375 · 3.0 + 1.5) = 10.9 mm² more DRAM interface), so fewer PEs fit."""
+    (4 · (0.409375 · 3.0 + 1.736) = 11.86 mm² more DRAM interface), so fewer PEs fit."""
     chip = _chip("standard")
     four = resolve_device(chip, 8, 4, _tms1())
     eight = resolve_device(chip, 8, 8, _tms1())
     assert eight.area.dram_interface_mm2 - four.area.dram_interface_mm2 == pytest.approx(
-        4 * (0.409375 * 3.0 + 1.5), rel=1e-6)
+        4 * (0.409375 * 3.0 + 1.736), rel=1e-6)
     assert eight.pes < four.pes
     assert eight.dram.peak_bw_Bps == pytest.approx(2 * four.dram.peak_bw_Bps)
 
@@ -172,9 +172,9 @@ def test_more_area_never_gives_fewer_pes(name, small, extra, n):
 
 
 def test_area_budget_scales_pes():
-    """A 250 mm² standard cluster holds 4× the PEs of a 100 mm² one, not 2.5×: the fixed parts (L2 7.565, DRAM
-    interface 10.912, NoC 23.98 = 42.457 mm²) are paid once. 250/1.15 − 42.457 = 174.93 mm² of room / 5.252 mm²
-    per PE = 33.3 → 33 PEs (100 mm²: 86.957 − 42.457 = 44.50 / 5.252 = 8.47 → 8)."""
+    """A 250 mm² standard cluster holds 4× the PEs of a 100 mm² one, not 2.5×: the fixed parts (L2 7.624, DRAM
+    interface 11.857, NoC 24.182 = 43.662 mm²) are paid once. 250/1.15 − 43.662 = 173.73 mm² of room / 5.295 mm²
+    per PE = 32.8 → 32 PEs (100 mm²: 86.957 − 43.662 = 43.29 / 5.295 = 8.18 → 8)."""
     chip = _chip("standard")
-    assert resolve_device(_with_area(chip, 250.0)).pes == 33
+    assert resolve_device(_with_area(chip, 250.0)).pes == 32
     assert resolve_device(chip).pes == 8

@@ -104,12 +104,17 @@ def test_paper_decode_is_the_mean_over_four_kv_lengths():
 
 
 def test_paper_judges_the_junction_at_35_c_with_the_clock_of_the_anchor():
-    # same step and clock (the paper's DVFS rule is anchored at its fit, not at the coolant), 10 °C warmer
+    # the clock of the paper's DVFS rule is anchored at its fit, not at the coolant: the same as the default's;
+    # the junction sits at 35 °C + R(4)·P = 35 + (0.56 + 0.04)·P
     default = _one_chip(1, "tp=1", phase="prefill")
     ours = _one_chip(1, "tp=1", phase="prefill", assumptions="paper")
     assert ours.metrics.frequency_ghz == default.metrics.frequency_ghz
-    assert ours.metrics.temperature_c == pytest.approx(default.metrics.temperature_c + 10.0, abs=1e-9)
+    assert ours.metrics.temperature_c == pytest.approx(35.0 + 0.60 * ours.metrics.power_w, rel=1e-12)
+    assert default.metrics.temperature_c == pytest.approx(25.0 + 0.60 * default.metrics.power_w, rel=1e-12)
     assert ours.hardware.ambient_c == 35.0
+    # with one choice back at the default the rest of the set still applies
+    without = _one_chip(1, "tp=1", phase="prefill", assumptions="paper-without-junction_35c")
+    assert without.hardware.ambient_c == 25.0 and without.metrics.power_w == ours.metrics.power_w
 
 
 def test_paper_designs_above_the_limit_are_infeasible():

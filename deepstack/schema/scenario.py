@@ -11,8 +11,13 @@ from deepstack.schema.base import Frozen
 from deepstack.schema.llm import LLM
 
 _PRECISION = re.compile(r"^a(\d+)w(\d+)(?:kv(\d+))?$")
-ASSUMPTION_SETS = ("default", "paper")  # docs/model.md §17 lists every assumption where the two differ
-Assumptions = Literal["default", "paper"]
+# The paper set's choices where it differs from the default (docs/model.md §17; models/assumptions.py decides
+# each). "paper-without-<choice>" is the paper set with that one choice back at the default: which assumption
+# moves a result is then a run, not an argument.
+PAPER_CHOICES = ("junction_35c", "kv_average", "pp_microbatches", "row_major_weights", "dp_only_pruning",
+                 "tp_beyond_heads")
+ASSUMPTION_SETS = ("default", "paper", *(f"paper-without-{choice}" for choice in PAPER_CHOICES))
+Assumptions = Literal[ASSUMPTION_SETS]
 _ALLOWED_BITS = (4, 8, 16, 32)
 
 

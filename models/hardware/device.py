@@ -147,15 +147,15 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
     l1_bw = chip.pe.l1_bw_B_per_cycle * (sram.l1_bw_scale if sram else 1.0)
     l2_MiB = sram.l2_MiB if sram and sram.l2_MiB else d.l2_MiB
     if network is not None:
-        noc_bw = area_model.network_bw_per_device_Bps(network.levels)
+        noc_bw = area_model.network_bw_per_level_Bps(network.levels)
     else:
-        noc_bw = area_model.TMS1_NOC_BW_Bps if dram_spec.technology == "3d-stacked" else 0.0
-    noc_bw *= chip.noc_bw_scale * noc_bw_scale
+        noc_bw = area_model.TMS1_LEVEL_BW_Bps if dram_spec.technology == "3d-stacked" else ()
+    noc_bw = tuple(bw * chip.noc_bw_scale * noc_bw_scale for bw in noc_bw)
     fixed_pes = None if d.pes == "auto" else d.pes
     breakdown = area_model.device_area(
         pe=chip.pe, pes=fixed_pes, budget_mm2=d.area_mm2, l1_KiB=l1_KiB, l1_bw_B_per_cycle=l1_bw, l2_MiB=l2_MiB,
         l2_bw_B_per_cycle=d.l2_bw_B_per_cycle, dram_peak_bw_Bps=dram_spec.peak_bw_Bps,
-        connected_layers=dram_spec.connected_layers, noc_bw_Bps=noc_bw,
+        connected_layers=dram_spec.connected_layers, noc_level_bw_Bps=noc_bw,
         extra_dram_mm2=dram.stacks * HBM_PHY_MM2_PER_STACK if dram_spec.technology == "hbm" else 0.0,
     )
     if breakdown.pes < 1:

@@ -33,7 +33,7 @@ from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.files import write_text_atomically
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
-                  "fronts")
+                  "fronts", "paper_findings")
 RUN_RECORD = "run.json"  # written last by run_study: its presence means the run finished
 RUN_RECORD_VERSION = 1
 _RUNNERS: dict[str, Callable[[StudyContext], None]] = {}
@@ -214,7 +214,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     chosen = params.get("assumptions", "default")
     if chosen not in ASSUMPTION_SETS:
         raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
-    suffix = ("-paper" if chosen == "paper" else "") + ("-quick" if quick else "")
+    suffix = ("" if chosen == "default" else f"-{chosen}") + ("-quick" if quick else "")
     folder = Path(out or Path("studies") / "out" / (recipe.name + suffix))
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD
