@@ -113,6 +113,7 @@ class EnergyCoefficients:
     l1_J_per_B: float
     l2_J_per_B: float
     dram_J_per_B: float
+    dram_J_per_row: float  # one more row activation (a transaction shorter than a row opens a row of its own)
 
 
 @memo.cached(maxsize=4096)
@@ -130,6 +131,7 @@ def coefficients(device) -> EnergyCoefficients:
         l1_J_per_B=sram_energy_J_per_B(device.l1_B, node),
         l2_J_per_B=sram_energy_J_per_B(device.l2_B, node),
         dram_J_per_B=dram_model.stream_energy_J_per_B(device.dram),
+        dram_J_per_row=device.dram.activation_J_per_row,
     )
 
 
@@ -142,4 +144,4 @@ def operator_energy_J(count: int, timing, coefficients: EnergyCoefficients) -> t
                     + t.sfu_ops * coefficients.sfu_J_per_op
                     + t.l0_B * coefficients.l0_J_per_B + t.l1_B * coefficients.l1_J_per_B
                     + t.l2_B * coefficients.l2_J_per_B)
-    return core, count * t.dram_B * coefficients.dram_J_per_B
+    return core, count * (t.dram_B * coefficients.dram_J_per_B + t.dram_extra_rows * coefficients.dram_J_per_row)

@@ -3,6 +3,7 @@ anchors of benchmarks/calibrate_power.py (docs/calibration.md §3, §8)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import sys
@@ -95,8 +96,23 @@ COUNTS = st.floats(min_value=0, max_value=1e12, allow_nan=False)
 
 
 def _timing(**counts):
-    zero = dict(matrix_flops=0.0, vector_flops=0.0, sfu_ops=0.0, l0_B=0.0, l1_B=0.0, l2_B=0.0, dram_B=0.0)
+    zero = dict(matrix_flops=0.0, vector_flops=0.0, sfu_ops=0.0, l0_B=0.0, l1_B=0.0, l2_B=0.0, dram_B=0.0,
+                dram_extra_rows=0.0)
     return SimpleNamespace(**(zero | counts))
+
+
+def test_partial_row_transactions_open_rows_of_their_own():
+    """Row-major weights read 128 B per access from 2 KiB rows: 1 MiB streamed opens 8,192 rows instead of 512,
+    so the DRAM energy is 1 MiB × the stream's J/B plus 7,680 more activations (the row-major layout's energy)."""
+    from deepstack.models.compute import gemm
+
+    dev = resolve_device(catalog.load("chips", "standard"))
+    row_major = dataclasses.replace(dev, dram=dataclasses.replace(dev.dram, weight_layout="row_major"))
+    assert gemm._extra_rows(dev, 2**20, 128) == 0.0
+    assert gemm._extra_rows(row_major, 2**20, 128) == 2**20 / 128 - 2**20 / 2048 == 7680
+    c = power.coefficients(dev)
+    _, dram = power.operator_energy_J(1, _timing(dram_B=2**20, dram_extra_rows=7680), c)
+    assert dram == pytest.approx(2**20 * c.dram_J_per_B + 7680 * dev.dram.activation_J_per_row, rel=1e-12)
 
 
 @given(flops=COUNTS, extra_flops=COUNTS, dram_B=COUNTS, extra_B=COUNTS, l2_B=COUNTS)

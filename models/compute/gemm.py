@@ -12,6 +12,7 @@ plain arithmetic, and the tests check both agree to the last digit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,6 +41,7 @@ class Tilings:
     l2_tile_B: np.ndarray
     l1_fill_B: np.ndarray
     l1_read_B: np.ndarray
+    weight_B: np.ndarray  # the streamed weights among dram_B (their transactions set the row activations)
     records: dict = field(default_factory=dict, compare=False, repr=False)  # candidate → its timing record
 
 
@@ -90,6 +92,7 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     segment = np.minimum(k * a_bytes, dev.dram.row_B)
     total = np.zeros(rows_n)
     dram_total = np.zeros(rows_n)
+    weight_total = np.zeros(rows_n)
     kinds = wave_kinds(waves, tiles, dev.pes)
     kind_clocked, kind_dram, kind_bound = [], [], []
     for count, active in kinds:
@@ -123,6 +126,7 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
         clocked = np.maximum(np.maximum(compute_s, l1_s), l2_s)
         total += count * np.maximum(clocked, dram_s)
         dram_total += count * wave_B
+        weight_total += count * np.where(streamed, b_B, 0.0)
         kind_clocked.append(clocked)
         kind_dram.append(dram_s)
         kind_bound.append(np.argmax(np.stack([compute_s, epi_vector / dev.vector_flops_per_cycle / clock, l1_s, l2_s,
@@ -132,7 +136,8 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
                       np.stack(kind_dram), np.stack(kind_bound))
     bounds = np.flatnonzero(np.diff(gi, prepend=-1, append=len(gemms)))
     return [Tilings(tm[part], tn[part], tk[part], stages[part], split[part], grouped[part], total[part], waves[part],
-                    every.part(part), dram_total[part], tiles[part], l2_tile[part], fill[part], read[part])
+                    every.part(part), dram_total[part], tiles[part], l2_tile[part], fill[part], read[part],
+                    weight_total[part])
             for part in (slice(bounds[index], bounds[index + 1]) for index in range(len(gemms)))]
 
 
@@ -173,6 +178,15 @@ def record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTim
     return found
 
 
+def _extra_rows(dev: DeviceSpec, weight_B: float, transaction_B: float) -> float:
+    """Row activations beyond a full-row stream's one per row: row-major weights read tile-K contiguous bytes per
+    access, each opening its row (the energy side of the transaction curve; tiled weights open none extra)."""
+    if dev.dram.weight_layout != "row_major" or weight_B <= 0:
+        return 0.0
+    row = dev.dram.row_B
+    return max(0.0, weight_B / transaction_B * math.ceil(transaction_B / row) - weight_B / row)
+
+
 def _make_record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTiming:
     waves = c.kinds.timings(i, GEMM_BOUNDS)
     dram_B = float(c.dram_B[i])
@@ -184,6 +198,7 @@ def _make_record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) ->
         matrix_flops=g.flops, vector_flops=g.groups * g.m * g.n * g.epilogue_vector_flops,
         sfu_ops=g.groups * g.m * g.n * g.epilogue_sfu_ops, dram_B=dram_B, l2_B=tiles * float(c.l2_tile_B[i]),
         l1_B=tiles * float(c.l1_fill_B[i] + c.l1_read_B[i]), l0_B=tiles * float(c.l1_read_B[i]),
+        dram_extra_rows=_extra_rows(dev, float(c.weight_B[i]), int(c.tk[i]) * g.b_bytes),
         waves=int(c.waves[i]),
         config=f"tile {c.tm[i]}x{c.tn[i]}x{c.tk[i]}, {c.stages[i]} stages, split-K {c.split[i]}, "
                f"{'grouped' if c.grouped[i] else 'row'} raster" + ("" if swizzle else ", unswizzled"),

@@ -56,6 +56,7 @@ class OpTiming:
     wave_timings: tuple[WaveTiming, ...]
     prologue_s: float
     l0_B: float = 0.0  # register-file traffic: operands staged into registers for the units
+    dram_extra_rows: float = 0.0  # row activations beyond a full-row stream's (partial-row transactions)
 
     def time_at(self, clock_scale: float) -> float:
         """Time at ``clock_scale`` × the nominal clock (DRAM time does not scale). The last few clocks asked for

@@ -52,8 +52,8 @@ def stacking_findings(ctx: StudyContext) -> list[dict]:
     holds = hot["paper"].startswith(f"hottest {regime_label('decode', 1024)}") and any(
         r["thermal_violation"] for r in paper_rows)
     out.append({"finding": "R17", "what": "the hottest regime; designs above 85 °C (best schedule per m = n)",
-                "paper": "large-batch decode; many above 85 °C", "paper_set": hot["paper"], "default_set": hot["default"],
-                "verdict": "holds" if holds else "fails"})
+                "paper": "large-batch decode; many above 85 °C", "paper_set": hot["paper"],
+                "default_set": hot["default"], "verdict": "holds" if holds else "fails"})
     return out
 
 
