@@ -417,11 +417,12 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
     ffn_tokens = share.tokens
     if ffn != attention:
         ffn_tokens = device_share(model, scenario, ffn, pp, stage, context_len).tokens
-    # an EP group routes the distinct tokens its devices hold, not each device's share rounded up, and only real
-    # requests' tokens: replicas beyond the requests hold padding (docs/model.md §13)
-    per_request = 1 if phase == "decode" else scenario.input_len
-    real = ceil_div(scenario.batch * per_request, ffn.dp * ffn.sp * ffn.cp)
-    group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp), real)
+    # an EP group routes the distinct tokens its devices hold, not each device's share rounded up, and in decode
+    # only real requests' tokens: replicas beyond a step's requests hold padding (docs/model.md §13). (A prefill
+    # micro-batch of prompt slices counts one slice per replica, not the step's requests: no cap there.)
+    group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp))
+    if phase == "decode":
+        group_tokens = min(group_tokens, ceil_div(scenario.batch, ffn.dp * ffn.sp * ffn.cp))
     dense, dense_tokens = (attention, share.tokens) if moe_mode == "replace_only" else (ffn, ffn_tokens)
     if share.dense_layers:
         out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, dense_tokens, dense, a, w, False)))
