@@ -172,3 +172,25 @@ def test_assumptions_flag_is_validated(cli):
     from conftest import assert_user_error
 
     assert_user_error(cli("evaluate", "--model", "llama-3.2-1b", "--assumptions", "bogus"), "--assumptions")
+
+
+def test_sweep_rows_count_real_tokens(cli, tmp_path):
+    # 3 requests on the small space's 8 devices: schedules of 2 replicas serve 2 + 1 (the busiest sets the step)
+    result = cli("sweep", "--mode", "hierarchical", "--space", "small", "--batch", "3", "--out", str(tmp_path / "s"),
+                 "--json")
+    assert result.code == 0, result.err
+    rows = list(csv.DictReader((tmp_path / "s" / "points.csv").open()))
+    assert any("dp=2" in r["schedule"] for r in rows)
+    for r in rows:
+        assert float(r["stps"]) == pytest.approx(3 * float(r["utps"]), rel=1e-9), r["schedule"]
+
+
+def test_optimize_front_counts_real_tokens(cli, tmp_path):
+    result = cli("optimize", "--objective", "stps,utps", "--space", "small", "--batch", "3", "--trials", "4",
+                 "--refine", "0", "--study", "real", "--storage", f"sqlite:///{tmp_path / 'real.db'}", "--out",
+                 str(tmp_path / "out"), "--json")
+    assert result.code == 0, result.err
+    front = result.json()["pareto"]
+    assert front
+    for row in front:
+        assert row["stps"] == pytest.approx(3 * row["utps"], rel=1e-9), row
