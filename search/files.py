@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
+
+from deepstack.errors import UserInputError
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -31,4 +34,25 @@ def save_figure(fig, path: str, dpi: int) -> str | None:
         return None
     finally:
         plt.close(fig)
+    return path
+
+
+def check_output_folder(folder: str | Path, flag: str = "--out") -> Path:
+    """Refuse, before any work starts, an output folder that cannot be created or written (one line naming
+    ``flag``): an existing file, or a place no file can be created in (``/proc``, a read-only mount). Nothing is
+    created: a file is tried in the folder, or in its nearest existing parent, and removed at once."""
+    path = Path(folder)
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "is a file" if probe == path else f"cannot be created: {probe} is a file"
+        raise UserInputError(f"{flag}: {path} {what}, not a folder; give a folder to write into")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        where = "" if probe == path else f" (nothing can be created in {probe})"
+        raise UserInputError(f"{flag}: cannot write to the folder {path}{where}: {exc.strerror or exc}; "
+                             "give a folder you can write to") from None
     return path

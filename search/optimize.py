@@ -30,6 +30,7 @@ from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import ask_tell
 from deepstack.search.ask_tell import _noc_levels
 from deepstack.search.feasibility import Proposal, feasibility_of
+from deepstack.search.files import check_output_folder
 from deepstack.search.interrupt import Interrupts
 from deepstack.search.objectives import OBJECTIVES, parse_objectives  # noqa: F401 (re-exported: api)
 from deepstack.search.space import HardwarePoint, load_space, scenarios
@@ -47,6 +48,7 @@ SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead
 DEFAULT_SEED = 0  # every run of the same command proposes the same points (--seed to vary)
 DEFAULT_BATCH = 4  # trials asked, solved (on the worker pool) and told together
 INNER = ("screen", "exact")  # how a sampled point's schedules are solved (search/bilevel.py)
+SEED_MAX = 2**32 - 1  # the samplers seed numpy's RandomState, which takes 0..2**32 - 1
 REFINE_TRIALS = 1000  # at most this many trials of local search around the front after the sampler's (--refine)
 
 
@@ -324,6 +326,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
         raise UserInputError(f"--refine: must be a number of trials in 0..1000000 (got {refine})")
     if inner not in INNER:
         raise UserInputError(f"--inner: must be one of {', '.join(INNER)} (got {inner!r})")
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise UserInputError(f"--seed: must be an integer in 0..{SEED_MAX} (the sampler's seed range; got {seed})")
     _sampler(sampler, seed)  # validate the name before touching any storage
     started = time.perf_counter()
     design_space = load_space(space)
@@ -332,6 +336,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     problem = Problem(design_space, scenario, tuple(objectives))
     problem.feasibility.repair(_any_proposal(problem))  # fail fast (one line) if the space is infeasible
     storage_url = storage or default_storage(study)
+    folder = Path(out or "studies")
+    check_output_folder(folder)  # before any trial runs: the front is written there at the end
     store = open_storage(storage_url)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -353,7 +359,6 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, list(objectives))
     front = record.front_rows()
-    folder = Path(out or "studies")
     files = write_front(front, the_study, list(objectives), folder, study, space=design_space)
     png = record.progress.plot(str(folder / f"{study}.hypervolume.png"), f"{study}: hypervolume after each batch")
     if png:

@@ -30,7 +30,7 @@ from typing import Any
 from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
 from deepstack.schema.scenario import ASSUMPTION_SETS
-from deepstack.search.files import write_text_atomically
+from deepstack.search.files import check_output_folder, write_text_atomically
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
                   "fronts", "paper_findings")
@@ -216,6 +216,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
         raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
     suffix = ("" if chosen == "default" else f"-{chosen}") + ("-quick" if quick else "")
     folder = Path(out or Path("studies") / "out" / (recipe.name + suffix))
+    check_output_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD
     record_path.unlink(missing_ok=True)  # a stale record would vouch for files this run is about to replace

@@ -27,6 +27,7 @@ from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import executor
+from deepstack.search.files import check_output_folder
 from deepstack.search.objectives import score
 from deepstack.search.space import (
     HardwarePoint,
@@ -116,6 +117,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     workers = workers or min(os.cpu_count() or 1, 2)
     if not 1 <= workers <= 256:
         raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
+    check_output_folder(out)  # before any point is evaluated: every chunk is written there
     design_space = load_space(space)
     space_ref = space or "default"
     fingerprint = json.dumps({"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
