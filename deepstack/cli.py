@@ -360,7 +360,8 @@ def optimize(
     trials: Annotated[int, typer.Option(help="Trials to add to the study.")] = 100,
     study: Annotated[str, typer.Option(help="Study name (re-running continues it).")] = "deepstack",
     storage: Annotated[str | None, typer.Option(
-        help="sqlite:///PATH.db (default studies/<study>.db), postgresql://…, or journal:PATH.")] = None,
+        help="sqlite:///PATH.db (default studies/<study>.db), postgresql://…, or journal:PATH (a file's folder "
+             "must exist).")] = None,
     seed: Annotated[int, typer.Option(help="Sampler seed (the same seed gives the same front).")] = 0,
     workers: Annotated[int, typer.Option(help="Processes solving each batch's hardware points.")] = 1,
     trials_per_batch: Annotated[int | None, typer.Option(
@@ -373,8 +374,9 @@ def optimize(
         help="After the trials, at most this many trials of local search around the front: every design within two "
              "moves (chip, NoC, SRAM, one step of m, n, hop latency or a level's bandwidth) of a front design is "
              "screened and front designs are solved exactly, until the front stops changing (0: none).")] = 1000,
-    out: Annotated[str | None, typer.Option(help="Folder for <study>.pareto.csv/json/html and <study>.hypervolume.png "
-                                                 "(default studies).")] = None,
+    out: Annotated[str | None, typer.Option(
+        help="Folder for <study>.pareto.csv/json/html/png and <study>.hypervolume.png (default: the folder of the "
+             "--storage file, studies/ for the default storage or a database server).")] = None,
     json_out: JsonFlag = False,
 ) -> int | None:
     """Search the design space for the Pareto front of the objectives: Optuna proposes hardware points (CP-SAT

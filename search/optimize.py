@@ -56,18 +56,56 @@ def default_storage(study: str) -> str:
     return f"sqlite:///studies/{study}.db"
 
 
-def open_storage(url: str):
-    """An Optuna storage for ``url``: SQLite/PostgreSQL (RDB, with heartbeats) or ``journal:PATH``."""
+def _is_journal(url: str) -> bool:
+    return url.startswith("journal:") or url.endswith((".log", ".journal"))
+
+
+def storage_file(url: str) -> Path | None:
+    """The file a storage URL keeps its study in (``sqlite:///PATH``, ``journal:PATH``, ``PATH.log``); None for
+    a database server (PostgreSQL) or an in-memory SQLite."""
+    if _is_journal(url):
+        return Path(url.removeprefix("journal:"))
+    if url.startswith("sqlite:///") and url.removeprefix("sqlite:///") not in ("", ":memory:"):
+        return Path(url.removeprefix("sqlite:///"))
+    return None
+
+
+def front_folder(out: str | None, storage_url: str) -> Path:
+    """Where a study's front files go: ``--out``, else beside its storage file (``studies/`` for a server)."""
+    if out is not None:
+        return Path(out)
+    path = storage_file(storage_url)
+    return path.parent if path is not None else Path("studies")
+
+
+def check_storage_folder(url: str, may_create: bool = False) -> bool:
+    """Refuse a storage file whose folder does not exist (unless ``may_create``); True when it is to be created."""
+    path = storage_file(url)
+    if path is None or path.parent.is_dir():
+        return False
+    if not may_create or path.parent.exists():
+        raise UserInputError(f"--storage: {path.parent}, the folder of {url!r}, is not an existing folder; create "
+                             "it first or give a file in an existing folder")
+    return True
+
+
+def open_storage(url: str, create_folder: bool = False):
+    """An Optuna storage for ``url``: SQLite/PostgreSQL (RDB, with heartbeats) or ``journal:PATH``. The folder of
+    a storage file must exist unless ``create_folder`` (the default storage's ``studies/``): a mistyped
+    ``--storage`` path is refused before anything is created."""
     if url.startswith("postgres") and importlib.util.find_spec("psycopg") is None:
         raise UserInputError('--storage: a PostgreSQL URL needs psycopg: pip install "deepstack-dse[postgres]"')
+    path = storage_file(url)
+    if check_storage_folder(url, create_folder):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserInputError(f"--storage: cannot create the folder {path.parent}: {exc.strerror or exc}") from None
     try:
-        if url.startswith("journal:") or url.endswith((".log", ".journal")):
-            path = url.removeprefix("journal:")
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(path))
+        if _is_journal(url):
+            return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
-            path.parent.mkdir(parents=True, exist_ok=True)
             # write-ahead logging (persistent in the file): readers never block the writer, and each trial's
             # commit is cheaper (~60 → ~36 ms per trial)
             with contextlib.closing(sqlite3.connect(path, timeout=SQLITE_TIMEOUT_S)) as connection:
@@ -336,9 +374,10 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     problem = Problem(design_space, scenario, tuple(objectives))
     problem.feasibility.repair(_any_proposal(problem))  # fail fast (one line) if the space is infeasible
     storage_url = storage or default_storage(study)
-    folder = Path(out or "studies")
+    folder = front_folder(out, storage_url)
+    check_storage_folder(storage_url, may_create=storage is None)
     check_output_folder(folder)  # before any trial runs: the front is written there at the end
-    store = open_storage(storage_url)
+    store = open_storage(storage_url, create_folder=storage is None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         the_study = optuna.create_study(study_name=study, storage=store, directions=_directions(objectives),

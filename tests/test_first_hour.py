@@ -71,3 +71,51 @@ def test_the_largest_seed_is_accepted(cli, tmp_path):
 def test_the_console_script_prints_one_line_for_a_bad_out(cli_process, tmp_path):
     assert_user_error(cli_process(*QUICK_OPTIMIZE, "--out", "/proc/nope", cwd=tmp_path), "--out", "/proc/nope")
     _nothing_created(tmp_path)
+
+
+# --- --storage never writes over the default study's files; a bad storage path creates nothing -------------------
+
+
+@pytest.mark.parametrize("kind", ["sqlite:///", "journal:"])
+def test_a_storage_in_a_missing_folder_is_refused_and_creates_nothing(cli, tmp_path, monkeypatch, kind):
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "missing"
+    url = f"{kind}{missing}/x.{'db' if kind.startswith('sqlite') else 'log'}"
+    assert_user_error(cli(*QUICK_OPTIMIZE, "--storage", url), "--storage", str(missing), "not an existing folder")
+    _nothing_created(tmp_path)
+
+
+def test_the_issues_storage_path_is_refused(cli_process, tmp_path):
+    assert not Path("/nonexistent_dir").exists()
+    result = cli_process(*QUICK_OPTIMIZE, "--storage", "sqlite:////nonexistent_dir/x.db", cwd=tmp_path)
+    assert_user_error(result, "--storage", "/nonexistent_dir")
+    assert not Path("/nonexistent_dir").exists()
+    _nothing_created(tmp_path)
+
+
+def test_front_files_go_beside_the_storage_not_over_the_default_studys(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    default = tmp_path / "studies"
+    default.mkdir()
+    mine = {ext: default / f"deepstack.pareto.{ext}" for ext in ("csv", "json", "html", "png")}
+    for path in mine.values():
+        path.write_text("the default study's front\n")
+    (tmp_path / "runs").mkdir()
+    result = cli("optimize", "--space", "small", "--trials", "1", "--refine", "0", "--storage",
+                 "sqlite:///runs/other.db", "--json")  # the default study name, another storage
+    assert result.code == 0, result.err
+    assert all(path.read_text() == "the default study's front\n" for path in mine.values())
+    files = result.json()["files"]
+    assert {k: files[k] for k in ("csv", "json", "html", "png", "hypervolume_png")} == {
+        **{ext: f"runs/deepstack.pareto.{ext}" for ext in ("csv", "json", "html", "png")},
+        "hypervolume_png": "runs/deepstack.hypervolume.png"}
+    assert all((tmp_path / path).is_file() for path in files.values())
+    assert sorted(p.name for p in default.iterdir()) == sorted(p.name for p in mine.values())
+
+
+def test_front_files_follow_out(cli, tmp_path):
+    result = cli("optimize", "--space", "small", "--trials", "1", "--refine", "0", "--study", "s", "--storage",
+                 f"sqlite:///{tmp_path / 's.db'}", "--out", str(tmp_path / "front"), "--json")
+    assert result.code == 0, result.err
+    assert result.json()["files"]["csv"] == str(tmp_path / "front" / "s.pareto.csv")
+    assert (tmp_path / "front" / "s.pareto.csv").is_file() and not (tmp_path / "s.pareto.csv").exists()

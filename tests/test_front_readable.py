@@ -22,10 +22,10 @@ def study(tmp_path_factory):
     assert run.returncode == 0, run.stderr[-2000:]
     text = run_in_process("optimize", "--space", "tiny.toml", "--trials", "0", "--study", "f", "--storage",
                           "sqlite:///f.db", "--seed", "3", cwd=cwd)
-    with open(cwd / "studies" / "f.pareto.csv", newline="") as fh:
+    with open(cwd / "f.pareto.csv", newline="") as fh:
         rows = list(csv.reader(fh))
     return {"cwd": cwd, "out": json.loads(run.stdout), "text": text,
-            "json": json.loads((cwd / "studies" / "f.pareto.json").read_text()), "csv": rows}
+            "json": json.loads((cwd / "f.pareto.json").read_text()), "csv": rows}
 
 
 def test_headers_carry_units_and_the_readable_columns(study):
@@ -46,17 +46,17 @@ def test_headers_carry_units_and_the_readable_columns(study):
 
 
 def test_a_static_png_sits_beside_the_html(study):
-    folder = study["cwd"] / "studies"
+    folder = study["cwd"]  # beside the study's storage, sqlite:///f.db
     assert (folder / "f.pareto.html").is_file()
     png = folder / "f.pareto.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert study["out"]["files"]["png"] == "studies/f.pareto.png"
+    assert study["out"]["files"]["png"] == "f.pareto.png"
 
 
 def test_every_row_reproduces_with_its_id(study):
-    """`deepstack evaluate --design ID --front studies/f.pareto.csv` prints the row's numbers, for every row."""
+    """`deepstack evaluate --design ID --front f.pareto.csv` prints the row's numbers, for every row."""
     for row in study["json"]["pareto"]:
-        again = run_in_process("evaluate", "--design", row["id"], "--front", "studies/f.pareto.csv", "--json",
+        again = run_in_process("evaluate", "--design", row["id"], "--front", "f.pareto.csv", "--json",
                                cwd=study["cwd"])
         assert again.returncode == 0, again.stderr[-2000:]
         report = json.loads(again.stdout)
@@ -65,11 +65,11 @@ def test_every_row_reproduces_with_its_id(study):
             assert metrics[key] == pytest.approx(row[key], rel=1e-9), (row["id"], key)
         assert report["hardware"]["pes_per_device"] == row["pes_per_device"]
         assert report["schedule"]["text"].replace(" ", "") .startswith(row["schedule"].split(",")[0])
-        assert row["command"] == f"deepstack evaluate --design {row['id']} --front studies/f.pareto.csv"
+        assert row["command"] == f"deepstack evaluate --design {row['id']} --front f.pareto.csv"
 
 
 def test_design_errors_are_one_line(study, cli):
-    front = str(study["cwd"] / "studies" / "f.pareto.csv")
+    front = str(study["cwd"] / "f.pareto.csv")
     assert_user_error(cli("evaluate", "--design", "dnope", "--front", front), "--design", "no row 'dnope'")
     assert_user_error(cli("evaluate", "--design", "dnope"), "--design and --front go together")
     assert_user_error(cli("evaluate", "--design", "d1", "--front", str(study["cwd"] / "missing.csv")), "--front")

@@ -1,9 +1,9 @@
 """`deepstack optimize`: the Pareto front, resuming studies (also after SIGKILL), several workers, feasibility of
 every trial, and bad input that never touches an existing study (search/optimize.py; docs/architecture.md §5).
 
-Every command runs in a temporary folder (so ``studies/`` lands there). The default space's trials cost about a
-second each (DeepSeek-V3 on 256 devices), so one 40-trial study is shared by the tests that need that space; the
-rest use the ``small`` space (8 devices).
+Every command runs in a temporary folder (so ``studies/``, or the front files beside a ``--storage`` file, land
+there). The default space's trials cost about a second each (DeepSeek-V3 on 256 devices), so one 40-trial study is
+shared by the tests that need that space; the rest use the ``small`` space (8 devices).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def default_run(tmp_path_factory):
                          "--storage", "sqlite:///t.db", "--json", cwd=cwd)
     assert run.returncode == 0, run.stderr[-3000:]
     url = f"sqlite:///{cwd / 't.db'}"
-    files = {ext: cwd / "studies" / f"t.pareto.{ext}" for ext in ("csv", "json", "html")}
+    files = {ext: cwd / f"t.pareto.{ext}" for ext in ("csv", "json", "html")}
     saved = json.loads(files["json"].read_text()) if files["json"].exists() else None
     return {"cwd": cwd, "url": url, "out": json.loads(run.stdout), "err": run.stderr, "files": files,
             "saved_front": saved, "trials": _complete(url, "t")}
@@ -123,10 +123,10 @@ def test_default_space_writes_the_front_files(default_run):
     files = default_run["files"]
     for path in files.values():
         assert path.is_file() and path.stat().st_size > 0, path
-    assert default_run["out"]["files"].items() >= {ext: f"studies/t.pareto.{ext}" for ext in ("csv", "json", "html")
+    assert default_run["out"]["files"].items() >= {ext: f"t.pareto.{ext}" for ext in ("csv", "json", "html")
                                                     }.items()
-    assert default_run["out"]["files"]["hypervolume_png"] == "studies/t.hypervolume.png"
-    assert (default_run["cwd"] / "studies" / "t.hypervolume.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert default_run["out"]["files"]["hypervolume_png"] == "t.hypervolume.png"
+    assert (default_run["cwd"] / "t.hypervolume.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = default_run["saved_front"]
     assert saved["objectives"] == OBJECTIVES
     assert [r["trial"] for r in saved["pareto"]] == [r["trial"] for r in default_run["out"]["pareto"]]

@@ -24,12 +24,12 @@ def test_a_front_row_of_a_space_file_re_evaluates(tmp_path):
     run = run_in_process("optimize", "--space", "sramfile.toml", "--trials", "4", "--study", "s", "--storage",
                          "sqlite:///s.db", "--json", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
-    saved = json.loads((tmp_path / "studies" / "s.pareto.json").read_text())
+    saved = json.loads((tmp_path / "s.pareto.json").read_text())
     assert saved["sram_options"] == {"big-l1": {"name": "big-l1", "l1_KiB": 512.0, "l1_bw_scale": 2.0,
                                                 "l2_MiB": None}}
     assert saved["pareto"] and all(row["sram"] == "big-l1" for row in saved["pareto"])
     for row in saved["pareto"]:
-        again = run_in_process("evaluate", "--design", row["id"], "--front", "studies/s.pareto.json", "--json",
+        again = run_in_process("evaluate", "--design", row["id"], "--front", "s.pareto.json", "--json",
                                cwd=tmp_path)
         assert again.returncode == 0, again.stderr[-2000:]
         metrics = json.loads(again.stdout)["metrics"]

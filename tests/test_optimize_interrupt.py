@@ -62,7 +62,7 @@ def test_signal_ends_optimize_cleanly_and_the_next_run_retries_the_interrupted_t
     name = signal.Signals(sig).name
     assert f"interrupted by {name}" in done.stdout and "completed trials kept" in done.stdout, done.stdout
     assert "Pareto front" in done.stdout  # the front of what was kept is still printed and written
-    assert (tmp_path / "studies" / "i.pareto.csv").is_file()
+    assert (tmp_path / "i.pareto.csv").is_file()
 
     url = f"sqlite:///{tmp_path / 'i.db'}"
     trials = optuna.load_study(study_name="i", storage=url).get_trials()
