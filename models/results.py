@@ -12,58 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
-
-class FrozenMap(Mapping):
-    """A read-only mapping (for entries whose keys are data, e.g. the area terms or a module's degrees)."""
-
-    __slots__ = ("_data",)
-
-    def __init__(self, data: Mapping | None = None) -> None:
-        object.__setattr__(self, "_data", dict(data) if data else {})
-
-    def __getitem__(self, key):
-        return self._data[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._data)
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"{type(self).__name__} is read-only")
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._data.items()))
-
-    def __reduce__(self):
-        return (type(self), (self._data,))
-
-    def __repr__(self) -> str:
-        return f"FrozenMap({self._data!r})"
-
-    def as_dict(self) -> dict:
-        return {key: plain(value) for key, value in self._data.items()}
-
-
-def frozen(value: Any) -> Any:
-    """``value`` with every dict made a :class:`FrozenMap` and every list a tuple, recursively."""
-    if isinstance(value, dict):
-        return FrozenMap({key: frozen(v) for key, v in value.items()})
-    if isinstance(value, list | tuple):
-        return tuple(frozen(v) for v in value)
-    return value
-
-
-def plain(value: Any) -> Any:
-    """The JSON form of a result value: records and frozen maps as dicts, tuples as lists."""
-    if isinstance(value, Record | FrozenMap):
-        return value.as_dict()
-    if isinstance(value, tuple):
-        return [plain(v) for v in value]
-    return value
+from deepstack.schema.frozen import FrozenMap, frozen, plain  # the read-only maps of schemas and reports alike
 
 
 class Record(Mapping):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from deepstack.errors import UserInputError
+from deepstack.schema.frozen import FrozenMap
 from deepstack.schema.hardware import (
     PE,
     ChipArchitecture,
@@ -64,6 +65,7 @@ __all__ = [
     "DesignSpace",
     "Device",
     "DramTiming",
+    "FrozenMap",
     "HBMDram",
     "HardwareAxes",
     "MinTile",

@@ -8,12 +8,14 @@ attention and dense FFNs it acts as DP (paper §3.3.1).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, PlainSerializer, model_validator
 
 from deepstack.errors import UserInputError
 from deepstack.schema.base import Frozen
+from deepstack.schema.frozen import FrozenMap
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
 Algorithm = str  # "auto" or a name in ALGORITHMS_FOR (checked by the models that name one)
@@ -47,6 +49,24 @@ def forget_algorithm(name: str) -> None:
         ALGORITHMS_FOR[collective] = tuple(n for n in names if n != name)
 
 
+def checked_collectives(table) -> FrozenMap:
+    """A schedule's collective → algorithm table, checked (each collective known, each algorithm one that
+    implements it, or auto) and read-only."""
+    if not isinstance(table, Mapping):
+        raise ValueError(f"collectives: must be a table of collective = algorithm (got {table!r})")
+    for collective, algorithm in table.items():
+        if collective not in ALGORITHMS_FOR:
+            raise ValueError(f"collectives: unknown collective {collective!r}; allowed: {', '.join(ALGORITHMS_FOR)}")
+        if algorithm != "auto" and algorithm not in ALGORITHMS_FOR[collective]:
+            raise ValueError(f"collectives.{collective}: must be auto or one of "
+                             f"{', '.join(ALGORITHMS_FOR[collective])} (got {algorithm!r})")
+    return table if isinstance(table, FrozenMap) else FrozenMap(table)
+
+
+Collectives = Annotated[dict[Collective, Algorithm], AfterValidator(FrozenMap),  # checked by the schedule
+                        PlainSerializer(dict, return_type=dict[Collective, Algorithm])]
+
+
 class ModuleParallel(Frozen):
     """Degrees of one module. Their product is the devices of one pipeline stage."""
 
@@ -77,7 +97,8 @@ class Schedule(Frozen):
     pp: int = Field(1, ge=1, le=_MAX_DEGREE)
     fsdp: bool = False
     microbatches: int | None = Field(None, ge=1, le=_MAX_DEGREE, description="PP microbatches (None: tuned)")
-    collectives: dict[Collective, Algorithm] = Field(default_factory=dict, description='default "auto" each')
+    # read-only (a FrozenMap): an edited algorithm would otherwise keep the memoised results of the old one
+    collectives: Collectives = Field(default_factory=FrozenMap, description='default "auto" each')
     moe_mode: Literal["none", "replace_only"] = Field(
         "none", description="replace_only: the FFN module's layout is for the routed experts alone; dense FFN layers, "
                             "shared experts and the vocabulary-parallel head stay on the attention's TP (as vLLM "
@@ -85,11 +106,13 @@ class Schedule(Frozen):
 
     @model_validator(mode="after")
     def _algorithms_apply(self) -> Schedule:
-        for collective, algorithm in self.collectives.items():
-            if algorithm != "auto" and algorithm not in ALGORITHMS_FOR[collective]:
-                raise ValueError(f"collectives.{collective}: must be auto or one of "
-                                 f"{', '.join(ALGORITHMS_FOR[collective])} (got {algorithm!r})")
+        checked_collectives(self.collectives)
         return self
+
+    def model_copy(self, *, update=None, deep: bool = False):
+        if update and "collectives" in update:  # model_copy does not validate: check and freeze the new table
+            update = {**update, "collectives": checked_collectives(update["collectives"])}
+        return super().model_copy(update=update, deep=deep)
 
     @model_validator(mode="after")
     def _same_devices(self) -> Schedule:
@@ -105,7 +128,7 @@ class Schedule(Frozen):
         return self.attention.devices * self.pp
 
     def _hashed_fields(self) -> tuple:
-        # the collectives table is a dict; hash its items so schedules (and design points) can key memos
+        # the collectives table is a mapping; hash its sorted items so schedules (and design points) can key memos
         return (self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
                 tuple(sorted(self.collectives.items())), self.moe_mode)
 

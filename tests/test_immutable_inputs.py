@@ -1,0 +1,95 @@
+"""Inputs are truly immutable (issue 29, item 7): a schedule's collectives table, FrozenMap, the catalog's loads
+and the memo layer's keys. Each way in that once let an edited input return a stale memoised result is closed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pydantic
+import pytest
+from conftest import assert_user_error
+
+from deepstack import catalog
+from deepstack.models import clear_caches
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.schema import FrozenMap, Scenario, Schedule
+
+MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
+
+
+def _point(schedule: Schedule) -> DesignPoint:
+    scenario = Scenario(model="llama-3.2-1b", phase="decode", batch=64)
+    return DesignPoint(chip=catalog.load("chips", "standard"), scenario=scenario, schedule=schedule,
+                       network=catalog.load("nocs", str(MINI8)))
+
+
+def _metrics(point: DesignPoint) -> str:
+    return json.dumps(evaluate(point, with_ttft=False).as_dict()["metrics"], sort_keys=True)
+
+
+# --- Schedule.collectives --------------------------------------------------------------------------------------
+
+
+def test_a_schedules_collectives_cannot_be_edited_in_place():
+    schedule = Schedule.parse("tp=8,all_reduce=ring")
+    evaluate(_point(schedule), with_ttft=False)
+    with pytest.raises(TypeError):
+        schedule.collectives["all_reduce"] = "double_tree"
+    with pytest.raises(TypeError):
+        del schedule.collectives["all_reduce"]
+    assert dict(schedule.collectives) == {"all_reduce": "ring"}
+    assert schedule.model_dump()["collectives"] == {"all_reduce": "ring"}  # plain data out, as before
+
+
+def test_a_changed_algorithm_is_a_new_schedule_with_its_own_fresh_result():
+    ring = Schedule.parse("tp=8,all_reduce=ring")
+    _metrics(_point(ring))  # memoised now
+    tree = ring.model_copy(update={"collectives": {"all_reduce": "double_tree"}})
+    assert isinstance(tree.collectives, FrozenMap) and tree != ring and hash(tree) != hash(ring)
+    warm = _metrics(_point(tree))
+    clear_caches()
+    assert warm == _metrics(_point(Schedule.parse("tp=8,all_reduce=double_tree")))
+
+
+def test_an_unknown_algorithm_is_a_validation_error_naming_the_field():
+    with pytest.raises(pydantic.ValidationError, match=r"collectives\.all_reduce: must be auto or one of ring"):
+        Schedule(collectives={"all_reduce": "bogus"})
+    with pytest.raises(ValueError, match=r"collectives\.all_reduce: must be auto or one of ring"):
+        Schedule().model_copy(update={"collectives": {"all_reduce": "bogus"}})
+    with pytest.raises(ValueError, match="unknown collective 'bogus'"):
+        Schedule().model_copy(update={"collectives": {"bogus": "ring"}})
+
+
+def test_an_unknown_algorithm_on_the_command_line_is_one_line(cli):
+    result = cli("evaluate", "--chip", "standard", "--noc", str(MINI8), "--parallel", "tp=8,all_reduce=bogus")
+    assert_user_error(result, "--parallel", "collectives.all_reduce", "(got 'bogus')")
+
+
+# --- FrozenMap -----------------------------------------------------------------------------------------------
+
+
+def test_frozen_map_is_read_only_and_exposes_no_plain_dict():
+    frozen = FrozenMap({"a": 1, "b": {"c": 2}})
+    with pytest.raises(TypeError):
+        frozen["a"] = 2
+    with pytest.raises(AttributeError):
+        frozen._data = {}
+    with pytest.raises(TypeError):
+        frozen._data["a"] = 2  # its store is a read-only view, not a dict
+    assert not any(isinstance(getattr(frozen, name, None), dict) for name in dir(frozen))
+    copy = frozen.as_dict()
+    copy["a"] = 3
+    assert frozen["a"] == 1
+    assert FrozenMap({"a": 1, "b": 2}) == FrozenMap({"b": 2, "a": 1})
+    assert hash(FrozenMap({"a": 1, "b": 2})) == hash(FrozenMap({"b": 2, "a": 1}))
+
+
+def test_the_report_and_the_schedule_share_one_frozen_map_type():
+    from deepstack.models.results import FrozenMap as ReportFrozenMap
+
+    assert ReportFrozenMap is FrozenMap
+    report = evaluate(_point(Schedule.parse("tp=8,all_reduce=ring")), with_ttft=False)
+    with pytest.raises(TypeError):
+        report.schedule.collectives["all_reduce"] = "double_tree"
