@@ -93,3 +93,24 @@ def test_the_report_and_the_schedule_share_one_frozen_map_type():
     report = evaluate(_point(Schedule.parse("tp=8,all_reduce=ring")), with_ttft=False)
     with pytest.raises(TypeError):
         report.schedule.collectives["all_reduce"] = "double_tree"
+
+
+# --- the catalog's loads ---------------------------------------------------------------------------------------
+
+
+def test_editing_loaded_preset_data_never_changes_the_next_load():
+    first = catalog.load_data("chips", "standard")
+    pe = json.dumps(first["pe"], sort_keys=True)
+    first["pe"]["matrix_flops_per_cycle"] = -1
+    first["pe"]["new"] = "x"
+    first["device"].clear()
+    again = catalog.load_data("chips", "standard")
+    assert json.dumps(again["pe"], sort_keys=True) == pe and again["device"]
+    assert again is not first and again["pe"] is not first["pe"]
+
+
+def test_a_loaded_preset_object_cannot_be_edited():
+    chip = catalog.load("chips", "standard")
+    with pytest.raises(pydantic.ValidationError):
+        chip.pe.matrix_flops_per_cycle = 1
+    assert catalog.load("chips", "standard") is chip  # shared, so it must be (and is) frozen

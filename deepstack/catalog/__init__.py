@@ -38,7 +38,8 @@ def _preset_data(kind: str, name: str) -> dict:
 
 
 def load_data(kind: str, value: str) -> dict:
-    """Raw data of a preset (by name) or of a user file (by path), with its ``kind`` checked."""
+    """Raw data of a preset (by name) or of a user file (by path), with its ``kind`` checked: a new dict each call,
+    nested tables included, that the caller may change."""
     value = value.strip()
     if _is_path(value):
         data = read_file(value)
@@ -54,7 +55,16 @@ def load_data(kind: str, value: str) -> dict:
         origin = f"{_WHAT[kind]} preset {key}"
     if data.get("kind", KINDS[kind]) != KINDS[kind]:
         raise UserInputError(f"{origin}: kind: expected {KINDS[kind]!r}, got {data.get('kind')!r}")
-    return dict(data)
+    return _fresh(data)  # the caller's own copy: editing it never changes the next load (issue 29)
+
+
+def _fresh(value):
+    """A new copy of file data (tables, arrays and scalars), nested tables and arrays included."""
+    if isinstance(value, dict):
+        return {key: _fresh(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fresh(item) for item in value]
+    return value
 
 
 def load(kind: str, value: str):
