@@ -6,7 +6,8 @@ every design point that asks again. Two kinds of table exist, both registered he
 * :func:`cached` — a bounded LRU memo of a pure function (``functools.lru_cache`` underneath). Its key is the
   function's arguments, so it can never fall out of step with the inputs; a value it keeps must not be
   changed by anyone (return tuples, frozen dataclasses or read-only arrays — :func:`cached` refuses to keep a
-  ``dict``, ``list``, ``set`` or ``bytearray``).
+  ``dict``, ``list``, ``set`` or ``bytearray``), and a key must not change either (:func:`cached` and
+  :meth:`Table.put` refuse a key that could: :func:`immutable`).
 * :class:`Table` — a bounded dict for memos filled in batches (e.g. all GEMMs of a hardware point tuned at
   once). It forgets everything when full (``lru=False``) or its least recently used entry (``lru=True``).
 
@@ -16,9 +17,14 @@ holds nothing. Memoisation never changes a number; ``tests/test_memoisation.py``
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from typing import Any
+
+import numpy as np
+
+from deepstack.schema.frozen import FrozenMap
 
 _MUTABLE = (dict, list, set, bytearray)
 _REGISTRY: list[Any] = []  # every table made by cached() or Table, in creation order
@@ -46,11 +52,55 @@ def cached(maxsize: int) -> Callable[[Callable], Callable]:
     return decorate
 
 
+class MutableMemoKeyError(TypeError):
+    """A memo was asked with a key that could change after the lookup (and then hit the old key's value)."""
+
+
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, range, enum.Enum, type, np.generic, FrozenMap)
+
+
+def immutable(value: Any) -> bool:
+    """Whether ``value`` can key a memo: nothing can change it in place. Numbers, strings, enums, classes,
+    :class:`~deepstack.schema.FrozenMap`, tuples and frozensets of such, frozen dataclasses and frozen pydantic
+    models (the schemas: their collections are tuples and frozen maps) qualify; dicts, lists, sets, arrays and
+    objects that can be changed do not. A class whose instances never change once made, without being a frozen
+    dataclass, vouches for it with ``MEMO_KEY = True`` (a key view built once in ``__init__``; a phase keyed by
+    identity whose rows are made lazily: filling them in never changes what the phase is). Each argument is
+    checked by its own type (a frozen record's fields are frozen by its declaration), so the check costs little.
+    """
+    if isinstance(value, _ATOMS):
+        return True
+    if isinstance(value, tuple | frozenset):
+        return all(immutable(v) for v in value)
+    if getattr(type(value), "MEMO_KEY", False):
+        return True
+    params = getattr(type(value), "__dataclass_params__", None)
+    if params is not None:
+        return params.frozen
+    config = getattr(type(value), "model_config", None)
+    return isinstance(config, dict) and bool(config.get("frozen"))
+
+
+def check_key(where: str, key: Any) -> None:
+    """Refuse (:class:`MutableMemoKeyError`) a memo key that could change after the lookup."""
+    if not immutable(key):
+        parts = key if isinstance(key, tuple) else (key,)
+        culprit = next((p for p in parts if not immutable(p)), key)
+        raise MutableMemoKeyError(
+            f"{where}: memo key holds a {type(culprit).__name__}, which can be changed after the lookup (and would "
+            "then return the old value); key memos on immutable inputs (tuples, frozen records, FrozenMap)")
+
+
 def _refusing_mutable(function: Callable) -> Callable:
-    """``function`` with a check of what it returns (runs on a memo miss only, so it costs nothing on a hit)."""
+    """``function`` with a check of its arguments (the memo key) and of what it returns (runs on a memo miss
+    only, so it costs nothing on a hit; a key type that could change is refused on its first, missing, call)."""
+    where = f"{function.__module__}.{function.__qualname__}"
 
     @functools.wraps(function)
     def checked(*args, **kwargs):
+        check_key(where, args)
+        if kwargs:
+            check_key(where, tuple(kwargs.values()))
         value = function(*args, **kwargs)
         if isinstance(value, _MUTABLE):
             raise MutableMemoValueError(
@@ -78,6 +128,7 @@ class Table(dict):
         _REGISTRY.append(self)
 
     def put(self, key, value) -> None:
+        check_key(self.name, key)
         if key in self:
             del self[key]  # re-inserted below, at the most recently used end
         elif len(self) >= self.maxsize:

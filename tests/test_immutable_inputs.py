@@ -3,6 +3,7 @@ and the memo layer's keys. Each way in that once let an edited input return a st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from conftest import assert_user_error
 
 from deepstack import catalog
-from deepstack.models import clear_caches
+from deepstack.models import clear_caches, memo
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.schema import FrozenMap, Scenario, Schedule
@@ -114,3 +115,54 @@ def test_a_loaded_preset_object_cannot_be_edited():
     with pytest.raises(pydantic.ValidationError):
         chip.pe.matrix_flops_per_cycle = 1
     assert catalog.load("chips", "standard") is chip  # shared, so it must be (and is) frozen
+
+
+# --- the memo layer refuses keys that could change -------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
+class _Mutable:  # hashable by identity, yet its content can change: a stale memo waiting to happen
+    value: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Fixed:
+    value: int
+
+
+@pytest.fixture
+def private_registry(monkeypatch):
+    """Tables made by a test stay out of the registry other tests count."""
+    monkeypatch.setattr(memo, "_REGISTRY", list(memo._REGISTRY))
+
+
+def test_a_memoised_function_refuses_a_mutable_key(private_registry):
+    @memo.cached(maxsize=4)
+    def double(x):
+        return 2 * x.value
+
+    assert double(_Fixed(2)) == 4
+    with pytest.raises(memo.MutableMemoKeyError, match="_Mutable"):
+        double(_Mutable(2))
+    with pytest.raises(memo.MutableMemoKeyError):
+        double(x=_Mutable(2))
+    with pytest.raises(TypeError):
+        double([2])  # unhashable: refused too
+
+
+def test_a_memo_table_refuses_a_mutable_key(private_registry):
+    table = memo.Table("test table", maxsize=4)
+    table.put((_Fixed(1), "a", FrozenMap({"k": (1, 2)})), 1)
+    with pytest.raises(memo.MutableMemoKeyError, match="test table"):
+        table.put((_Fixed(1), _Mutable(1)), 1)
+
+
+@pytest.mark.parametrize("value", [{}, [], set(), bytearray(), _Mutable(1), (1, [2]), frozenset({(1,)}) | {()}])
+def test_what_can_key_a_memo(value):
+    expected = isinstance(value, frozenset)
+    assert memo.immutable(value) is expected
+
+
+def test_schemas_key_memos():
+    schedule = Schedule.parse("tp=8,all_reduce=ring")
+    assert memo.immutable(schedule) and memo.immutable(_point(schedule)) and memo.immutable(schedule.collectives)

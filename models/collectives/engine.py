@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -154,6 +155,7 @@ class _SeenBy:
     are memoised on this view: a bandwidth sweep re-ranks a collective only when a level it crosses changed."""
 
     __slots__ = ("_hash", "_key", "topology")
+    MEMO_KEY: ClassVar[bool] = True  # set once in __init__, never changed: keys the rankings' memo
 
     def __init__(self, topology: NetworkTopology, groups: tuple):
         crossed = _crossed_levels(groups, topology.structure)

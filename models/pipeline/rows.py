@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from deepstack.models import power as power_model
 from deepstack.models.collectives import CollectiveResult
@@ -174,6 +174,8 @@ class PhaseResult:
     ``microbatches`` of them. ``nominal_stage_s`` (the stage time at the nominal clock) is summed from the rows
     when not given.
     """
+
+    MEMO_KEY: ClassVar[bool] = True  # keys memos by identity: rows made later never change what the phase is
 
     parts: list
     time_multiplier: int = 1
