@@ -290,6 +290,10 @@ def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_by
     headers = _numbers(header_bytes, "--header-bytes", int)
     owners = _split(ports, "--ports")
     n = len(kinds)
+    for i, kind in enumerate(kinds):
+        if kind not in network.topology_names():
+            raise UserInputError(f"--topology: level {i + 1} must be one of {', '.join(network.topology_names())} "
+                                 f"(got {kind!r})")
     for what, values in (("--dims", shapes), ("--link-bw-GBps", bws), ("--hop-latency-ns", lats)):
         if len(values) != n:
             raise UserInputError(f"{what}: give {n} value(s), one per --topology level (got {len(values)})")
@@ -330,8 +334,8 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
     _check_cooling(space, scenario)
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress,
-                          batch=batch_size or opt.DEFAULT_BATCH, until_stall=until_stall, log=log, inner=inner,
-                          refine=opt.REFINE_TRIALS if refine is None else refine)
+                          batch=opt.DEFAULT_BATCH if batch_size is None else batch_size, until_stall=until_stall,
+                          log=log, inner=inner, refine=opt.REFINE_TRIALS if refine is None else refine)
     return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,
             "run": result.run,
             "objectives": result.objectives, "wall_s": result.wall_s, "files": result.files,

@@ -21,6 +21,25 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        import deepstack
+
+        print(f"deepstack {deepstack.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Design-space exploration for distributed 3D-DRAM-stacked AI accelerators serving LLMs.
+
+    Example: deepstack catalog llms
+    """
+
+
 TABLE_ROWS = 100  # longer listings go to --json: a terminal table of thousands of rows helps nobody
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 # scenario flags of the search commands: each defaults to the design space's first scenario

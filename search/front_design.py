@@ -95,8 +95,14 @@ def header(column: str) -> str:
 def load_front(path: str) -> dict:
     """A study's ``<name>.pareto.json`` (given it, or the ``.csv`` beside it)."""
     file = Path(path)
+    if not file.is_file():
+        raise UserInputError(f"--front: {path}: no such file; give the .pareto.csv or .pareto.json that optimize "
+                             "wrote")
     if file.suffix == ".csv":
         file = file.with_suffix(".json")
+        if not file.is_file():
+            raise UserInputError(f"--front: {path} is read with the {file.name} optimize wrote beside it (the rows' "
+                                 f"scenario and SRAM options), and {file} does not exist")
     try:
         data = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -119,3 +119,48 @@ def test_front_files_follow_out(cli, tmp_path):
     assert result.code == 0, result.err
     assert result.json()["files"]["csv"] == str(tmp_path / "front" / "s.pareto.csv")
     assert (tmp_path / "front" / "s.pareto.csv").is_file() and not (tmp_path / "s.pareto.csv").exists()
+
+
+# --- smaller loose ends (issue item 8) ------------------------------------------------------------------------------
+
+
+def test_version(cli):
+    import deepstack
+
+    result = cli("--version")
+    assert result.code == 0 and result.out.strip() == f"deepstack {deepstack.__version__}"
+
+
+def test_zero_trials_per_batch_is_refused(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_user_error(cli(*QUICK_OPTIMIZE, "--trials-per-batch", "0"), "--trials-per-batch", "1..1024", "got 0")
+    _nothing_created(tmp_path)
+
+
+def test_zero_sweep_workers_is_refused(cli, tmp_path):
+    out = tmp_path / "sweep"
+    assert_user_error(cli("sweep", "--space", "small", "--workers", "0", "--out", str(out)), "--workers", "got 0")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json"])
+def test_a_missing_front_file_is_named_as_given(cli, tmp_path, suffix):
+    front = str(tmp_path / f"nonexistent{suffix}")
+    assert_user_error(cli("evaluate", "--design", "X", "--front", front), f"--front: {front}: no such file")
+
+
+def test_a_front_csv_without_its_json_names_both(cli, tmp_path):
+    (tmp_path / "s.pareto.csv").write_text("id\n")
+    result = cli("evaluate", "--design", "X", "--front", str(tmp_path / "s.pareto.csv"))
+    assert_user_error(result, str(tmp_path / "s.pareto.csv"), str(tmp_path / "s.pareto.json"), "does not exist")
+
+
+def test_an_unknown_topology_shows_the_value_once(cli):
+    result = cli("collective", "--op", "all_reduce", "--bytes", "1000", "--topology", "foo", "--dims", "8",
+                 "--link-bw-GBps", "100", "--hop-latency-ns", "100")
+    assert_user_error(result, "--topology: level 1 must be one of", "ring", "torus")
+    assert result.err.count("(got 'foo')") == 1
+
+
+def test_validate_on_a_folder_says_it_is_a_folder(cli, tmp_path):
+    assert_user_error(cli("validate", str(tmp_path)), str(tmp_path), "is a folder", ".toml")

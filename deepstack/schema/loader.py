@@ -50,6 +50,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
 def read_file(path: str | Path) -> dict:
     """Parse a TOML, YAML or JSON file into a mapping; any failure is a one-line ``UserInputError``."""
     path = Path(path)
+    if path.is_dir():
+        raise UserInputError(f"{path}: is a folder; give a schema file ({', '.join(SUFFIXES)}) in it")
     if path.suffix.lower() not in SUFFIXES:
         raise UserInputError(f"{path}: unsupported file type {path.suffix!r}; allowed: {', '.join(SUFFIXES)}")
     try:
@@ -129,7 +131,7 @@ def _describe_one(cls: type[BaseModel], error: dict) -> str:
         message = "required key is missing"
     elif "input" in error and error.get("type") not in ("model_type", "dict_type"):
         shown = repr(error["input"])
-        if len(shown) < 60:
+        if len(shown) < 60 and f"got {shown}" not in message:  # a message that names the value says it once
             message += f" (got {shown})"
     return (f"{where}: " if where else "") + message
 

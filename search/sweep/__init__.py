@@ -114,7 +114,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
         raise UserInputError(f"--backend: must be one of {', '.join(BACKENDS)} (got {backend!r})")
     if scheduler and backend != "dask":
         raise UserInputError("--scheduler: only with --backend dask")
-    workers = workers or min(os.cpu_count() or 1, 2)
+    workers = min(os.cpu_count() or 1, 2) if workers is None else workers
     if not 1 <= workers <= 256:
         raise UserInputError(f"--workers: must be in 1..256 (got {workers})")
     check_output_folder(out)  # before any point is evaluated: every chunk is written there
