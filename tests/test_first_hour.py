@@ -3,6 +3,7 @@ seeds are one line naming the flag, exit 2, refused before any work starts (noth
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,16 @@ def test_an_unknown_topology_shows_the_value_once(cli):
 
 def test_validate_on_a_folder_says_it_is_a_folder(cli, tmp_path):
     assert_user_error(cli("validate", str(tmp_path)), str(tmp_path), "is a folder", ".toml")
+
+
+def test_every_file_optimize_writes_is_git_ignored(cli, tmp_path, monkeypatch):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    monkeypatch.chdir(tmp_path)
+    result = cli(*QUICK_OPTIMIZE, "--json")  # the default storage and folder: studies/
+    assert result.code == 0, result.err
+    written = sorted(p.relative_to(tmp_path).as_posix() for p in (tmp_path / "studies").iterdir())
+    assert any(name.endswith(".png") for name in written), written
+    for name in written:
+        check = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT)
+        assert check.returncode == 0, f"{name} would be committed"
