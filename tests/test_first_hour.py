@@ -178,3 +178,16 @@ def test_every_file_optimize_writes_is_git_ignored(cli, tmp_path, monkeypatch):
     for name in written:
         check = subprocess.run(["git", "check-ignore", "-q", name], cwd=ROOT)
         assert check.returncode == 0, f"{name} would be committed"
+
+
+@pytest.mark.parametrize("tile", ["7x7x7", "96x16x16", "128x256x8"])
+def test_a_kernel_tile_off_the_matrix_units_grid_is_refused(cli, tile):
+    result = cli("kernel", "--kind", "ag-gemm", "--m", "8192", "--n", "1376", "--k", "4096", "--tile", tile)
+    assert_user_error(result, f"--tile {tile}", "multiples of the matrix unit's smallest tile, 64x16x16")
+
+
+def test_a_kernel_tile_on_the_grid_still_runs(cli):
+    result = cli("kernel", "--kind", "ag-gemm", "--m", "8192", "--n", "1376", "--k", "4096", "--tile", "64x16x16",
+                 "--json")
+    assert result.code == 0, result.err
+    assert result.json()["gemm"].startswith("tile 64x16x16")

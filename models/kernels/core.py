@@ -150,6 +150,10 @@ def gemm_time(g: Gemm, dev: DeviceSpec, tile: Tile | None) -> GemmTime:
             raise UserInputError(str(exc)) from None
         i = int(np.argmin(found.time_s))
     else:
+        mt, nt, kt = dev.min_tile
+        if tile.m % mt or tile.n % nt or tile.k % kt:  # the model would pad each MMA up to the unit's tile
+            raise UserInputError(f"--tile {tile.m}x{tile.n}x{tile.k}: M, N and K must be multiples of the matrix "
+                                 f"unit's smallest tile, {mt}x{nt}x{kt} on this system (e.g. 128x256x64)")
         if tile.stages * (tile.m * tile.k * g.a_bytes + tile.k * tile.n * g.b_bytes) > dev.l1_B:
             raise UserInputError(f"--tile {tile.m}x{tile.n}x{tile.k} with {tile.stages} stages: the pipeline "
                                  f"needs more than the {dev.l1_B / 1024:g} KiB of shared memory per SM")
