@@ -670,6 +670,9 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
     if json_out:
         report.print_json(rows)
         return
+    report.console.print("weighted error = Σ|model − ref| / Σ ref over a family's rows (the paper's metric); median "
+                         "error = the median row's |model − ref| / ref; MAPE = the mean of |model − ref| / ref; "
+                         "— = not computed by that check", markup=False, highlight=False)
     report.table("accuracy against the reference data (validation/)", rows,
                  ["check", "family", "weighted_pct", "median_pct", "mape_pct", "rows", "failures"])
 

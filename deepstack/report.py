@@ -42,16 +42,32 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+# what a column's JSON key means, for the header a person reads (--json keeps the keys)
+HEADERS = {
+    "weighted_pct": "weighted error %",
+    "median_pct": "median error %",
+    "mape_pct": "MAPE %",
+    "worst_pct": "worst error %",
+    "error_pct": "error %",
+    "failures": "model failures",
+}
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def table(title: str, rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
-    """A rich table of dict rows (columns default to the first row's keys)."""
+    """A rich table of dict rows (columns default to the first row's keys; headers from :data:`HEADERS`)."""
     if not rows:
         console.print(f"[bold]{title}[/bold]: (none)")
         return
     columns = columns or list(rows[0])
     out = Table(title=title, title_justify="left", header_style="bold")
     for column in columns:
-        numeric = isinstance(rows[0].get(column), int | float) and not isinstance(rows[0].get(column), bool)
-        out.add_column(column, justify="right" if numeric else "left", overflow="fold")
+        given = [row.get(column) for row in rows if row.get(column) is not None]
+        numeric = bool(given) and all(_numeric(value) for value in given)
+        out.add_column(HEADERS.get(column, column), justify="right" if numeric else "left", overflow="fold")
     for row in rows:
         out.add_row(*(fmt(row.get(column)) for column in columns))
     console.print(out)

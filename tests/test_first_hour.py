@@ -191,3 +191,13 @@ def test_a_kernel_tile_on_the_grid_still_runs(cli):
                  "--json")
     assert result.code == 0, result.err
     assert result.json()["gemm"].startswith("tile 64x16x16")
+
+
+def test_accuracy_all_has_readable_headers(cli):
+    result = cli("accuracy", "all")
+    assert result.code == 0, result.err
+    for header in ("weighted error %", "median error %", "MAPE %", "model failures"):
+        assert header in result.out, header
+    for key in ("weighted_pct", "median_pct", "mape_pct"):
+        assert key not in result.out, key
+    assert "MAPE = the mean of |model − ref| / ref" in " ".join(result.out.split())
