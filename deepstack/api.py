@@ -96,6 +96,37 @@ def show_preset(name: str) -> tuple[str, dict[str, Any]]:
     return kind, {"kind": catalog.KINDS[kind], "summary": _ROWS[kind](obj), "preset": obj.model_dump(mode="json")}
 
 
+# the preset each kind's template starts from (``deepstack catalog template KIND``)
+TEMPLATES = {"chip": ("chips", "standard"), "noc": ("nocs", "tms1"), "llm": ("llms", "llama-3.2-1b"),
+             "model": ("llms", "llama-3.2-1b"), "system": ("systems", "dgx-h100"), "space": (None, "default")}
+
+
+def template(what: str) -> dict[str, Any]:
+    """A file to start one's own from: the shipped TOML of a kind's reference preset (``chip``, ``noc``,
+    ``llm``/``model``, ``system``, ``space``) or of the preset named ``what``, comments and sources included
+    (``toml``), and the same content as plain data (``content``, a valid JSON file); ``deepstack validate``
+    accepts either."""
+    from importlib import resources
+    from pathlib import Path
+
+    from deepstack.search.space import SPACES_DIR, load_space
+
+    key = what.strip().lower()
+    if key in TEMPLATES:
+        group, name = TEMPLATES[key]
+    elif any(key in catalog.names(kind) for kind in catalog.KINDS):
+        group, name = catalog.find(key)[0], key
+    else:
+        raise UserInputError(f"catalog template: must be one of {', '.join(TEMPLATES)} or a preset name "
+                             f"(deepstack catalog) (got {what!r})")
+    if group is None:
+        path, content = SPACES_DIR / f"{name}.toml", load_space(name).model_dump(mode="json")
+    else:
+        path = Path(str(resources.files(catalog.__name__) / group / f"{name}.toml"))
+        content = catalog.load(group, name).model_dump(mode="json")
+    return {"kind": content["kind"], "name": name, "toml": path.read_text(encoding="utf-8"), "content": content}
+
+
 def with_flags(scenario: Scenario, **values) -> Scenario:
     """``scenario`` with the scenario fields the command's flags set (``prefill_chunk_tokens``, ``ambient_c``,
     ``max_temp_c``; None keeps the scenario's value), each validated so an error names its flag."""

@@ -73,14 +73,28 @@ _CATALOG_COLUMNS = {
 
 @app.command()
 def catalog(
-    what: Annotated[str, typer.Argument(help="llms, chips, nocs, systems, or 'show'.")] = "all",
-    name: Annotated[str | None, typer.Argument(help="With 'show': the preset name.")] = None,
+    what: Annotated[str, typer.Argument(help="llms, chips, nocs, systems, 'show' or 'template'.")] = "all",
+    name: Annotated[str | None, typer.Argument(
+        help="With 'show': the preset name. With 'template': chip, noc, llm, system, space or a preset name.")
+    ] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """List presets, or show one.
+    """List presets, show one, or print a template file to start your own from (the shipped TOML of a preset,
+    with its comments and sources; --json gives the same as a JSON file): deepstack validate accepts either.
 
-    Examples: deepstack catalog chips; deepstack catalog show deepseek-v3 --json
+    Examples: deepstack catalog chips; deepstack catalog show deepseek-v3 --json;
+    deepstack catalog template chip > my-chip.toml
     """
+    if what == "template":
+        if not name:
+            raise UserInputError("catalog template: KIND is required: chip, noc, llm, system, space or a preset name, "
+                                 "e.g. deepstack catalog template chip > my-chip.toml")
+        found = api.template(name)
+        if json_out:
+            report.print_json(found["content"])
+        else:
+            print(found["toml"], end="" if found["toml"].endswith("\n") else "\n")
+        return
     if what == "show":
         if not name:
             raise UserInputError("catalog show: NAME is required, e.g. deepstack catalog show tms1")
@@ -94,7 +108,7 @@ def catalog(
         raise UserInputError(f"catalog: unexpected argument {name!r}; use 'deepstack catalog show NAME'")
     kinds = list(_CATALOG_COLUMNS) if what == "all" else [what]
     if what != "all" and what not in _CATALOG_COLUMNS:
-        raise UserInputError(f"catalog: must be one of llms, chips, nocs, systems, show (got {what!r})")
+        raise UserInputError(f"catalog: must be one of llms, chips, nocs, systems, show, template (got {what!r})")
     rows = {kind: api.catalog_rows(kind) for kind in kinds}
     if json_out:
         report.print_json(rows if what == "all" else rows[what])

@@ -201,3 +201,27 @@ def test_accuracy_all_has_readable_headers(cli):
     for key in ("weighted_pct", "median_pct", "mape_pct"):
         assert key not in result.out, key
     assert "MAPE = the mean of |model − ref| / ref" in " ".join(result.out.split())
+
+
+@pytest.mark.parametrize(("what", "kind"), [("chip", "chip"), ("noc", "noc"), ("model", "llm"), ("llm", "llm"),
+                                            ("system", "system"), ("space", "space"), ("deepseek-v3", "llm")])
+@pytest.mark.parametrize("form", ["toml", "json"])
+def test_a_catalog_template_is_a_file_validate_accepts(cli, tmp_path, what, kind, form):
+    result = cli("catalog", "template", what, *(("--json",) if form == "json" else ()))
+    assert result.code == 0, result.err
+    path = tmp_path / f"mine.{form}"
+    path.write_text(result.out)
+    checked = cli("validate", str(path), "--json")
+    assert checked.code == 0, checked.err
+    assert checked.json()["kind"] == kind
+
+
+def test_the_chip_template_keeps_its_sources(cli):
+    text = cli("catalog", "template", "chip").out
+    assert text.startswith("# ") or 'kind = "chip"' in text
+    assert "docs/calibration.md" in text and "#" in text  # comments and sources, as shipped
+
+
+def test_an_unknown_template_is_one_line(cli):
+    assert_user_error(cli("catalog", "template", "gpu"), "catalog template", "chip, noc", "(got 'gpu')")
+    assert_user_error(cli("catalog", "template"), "catalog template", "required")
