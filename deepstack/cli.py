@@ -235,12 +235,27 @@ def _prefill_line(result: dict, given: int | None) -> None:
 
 
 def _thermal_line(result: dict) -> None:
-    """Temperature against the limit, power density and the clock DVFS chose, in one line."""
+    """Temperature against the limit, power density and the clock DVFS chose (and, below nominal, why), in one
+    line."""
     m, hw = result["metrics"], result["hardware"]
     report.console.print(
         f"thermal: {m['temperature_c']:.1f} °C junction (limit {hw['max_temp_c']:g} °C, ambient "
         f"{hw['ambient_c']:g} °C), {m['power_density_W_per_mm2']:.3f} W/mm², clock {m['frequency_ghz']:.3f} of "
-        f"{hw['nominal_clock_ghz']:.3f} GHz", markup=False, highlight=False)
+        f"{hw['nominal_clock_ghz']:.3f} GHz{_clock_reason(result)}", markup=False, highlight=False)
+
+
+def _clock_reason(result: dict) -> str:
+    """Why the clock is below nominal, from what DVFS reported as its limit (models/dvfs.py)."""
+    hw, limit = result["hardware"], (result.get("breakdown") or {}).get("clock_limit")
+    layers = f"m = {hw['stacked_layers']} layers" if hw.get("stacked_layers") else "its package"
+    reasons = {
+        "thermal clock": f"static DVFS rule: the sustainable clock f_th of {layers} at {hw['max_temp_c']:g} °C",
+        "power wall": f"power wall: the {hw['tdp_w_per_device']:g} W TDP",
+        "thermal wall": f"thermal wall: below the {hw['tdp_w_per_device']:g} W TDP the package holds "
+                        f"{hw['max_temp_c']:g} °C",
+        "above limit": f"the lowest clock, still above {hw['max_temp_c']:g} °C",
+    }
+    return f" (set by the {reasons[limit]})" if limit in reasons else ""
 
 
 @app.command()

@@ -3,7 +3,7 @@ shared: they are immutable) and the per-operator breakdown."""
 
 from __future__ import annotations
 
-from deepstack.models import memo, thermal
+from deepstack.models import dvfs, memo, thermal
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec, resolve_device
 from deepstack.models.parallel import communication
@@ -137,6 +137,8 @@ def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, 
         stage_time_s=phase.stage_time_at(scale),
         bottleneck_stage=phase.stage,
         clock_scale=scale,
+        clock_limit=dvfs.clock_limit(dev, scale, power_w, thermal.temperature_c(
+            dev.ambient_c, dev.dram.stacked_layers if dev.is_3d else 0, power_w, dev.device_area_mm2)),
         utilization=utilization,
         energy_J_per_device=Energy(core=core, dram=dram, network=network_J,
                                    static=thermal.static_power_w(dev.tdp_W) * time_s),

@@ -193,6 +193,7 @@ class Breakdown(Record):
     stage_time_s: float
     bottleneck_stage: int
     clock_scale: float
+    clock_limit: str  # what set the clock (models/dvfs.py): nominal, thermal clock, power or thermal wall, above limit
     utilization: Utilization
     energy_J_per_device: Energy
     power_w_per_device: float

@@ -225,3 +225,39 @@ def test_the_chip_template_keeps_its_sources(cli):
 def test_an_unknown_template_is_one_line(cli):
     assert_user_error(cli("catalog", "template", "gpu"), "catalog template", "chip, noc", "(got 'gpu')")
     assert_user_error(cli("catalog", "template"), "catalog template", "required")
+
+
+# --- a clock below nominal says why -----------------------------------------------------------------------------
+
+M8 = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--phase", "decode", "--batch", "1",
+      "--stacked-layers", "8", "--connected-layers", "8")
+
+
+def test_the_report_says_what_set_the_clock(cli):
+    from deepstack.models import dvfs
+
+    deep = cli(*M8, "--json").json()
+    assert deep["breakdown"]["clock_limit"] == dvfs.THERMAL_CLOCK  # m = 8: f_th = 0.976 of nominal
+    assert deep["metrics"]["frequency_ghz"] < deep["hardware"]["nominal_clock_ghz"]
+    shallow = cli(*M8[:-4], "--json").json()  # m = n = 4: nominal
+    assert shallow["breakdown"]["clock_limit"] == dvfs.NOMINAL
+    assert shallow["metrics"]["frequency_ghz"] == shallow["hardware"]["nominal_clock_ghz"]
+
+
+def test_a_clock_below_nominal_is_explained_in_the_text_report(cli):
+    line = next(line for line in cli(*M8).out.splitlines() if line.startswith("thermal:"))
+    assert "clock 1.367 of 1.400 GHz (set by the static DVFS rule: the sustainable clock f_th of m = 8 layers at " \
+           "85 °C)" in line
+    nominal = next(line for line in cli(*M8[:-4]).out.splitlines() if line.startswith("thermal:"))
+    assert nominal.endswith("clock 1.400 of 1.400 GHz")
+
+
+@pytest.mark.parametrize(("limit", "words"), [("power wall", "power wall: the 100 W TDP"),
+                                              ("thermal wall", "thermal wall: below the 100 W TDP"),
+                                              ("above limit", "still above 85 °C"), ("nominal", None)])
+def test_every_clock_limit_has_its_words(limit, words):
+    from deepstack.cli import _clock_reason
+
+    result = {"hardware": {"stacked_layers": 4, "max_temp_c": 85.0, "tdp_w_per_device": 100.0},
+              "breakdown": {"clock_limit": limit}}
+    assert (_clock_reason(result) == "") if words is None else (words in _clock_reason(result))
