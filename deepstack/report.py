@@ -57,8 +57,27 @@ def _numeric(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def table(title: str, rows: list[dict[str, Any]], columns: list[str] | None = None) -> None:
-    """A rich table of dict rows (columns default to the first row's keys; headers from :data:`HEADERS`)."""
+def distinct(values: list[float], digits: int = 4, most: int = 15) -> list[str]:
+    """``values`` with as few significant digits as keep different values different (at least ``digits``, and
+    every integer digit: never an exponent below 10¹⁵), thousands separated: a front whose rows differ in the
+    fifth digit shows that digit."""
+    def shown(value: float, d: int) -> str:
+        if not math.isfinite(value):
+            return fmt(value)
+        whole = len(str(int(abs(value)))) if abs(value) >= 1 else 0
+        return f"{value:,.{max(d, whole)}g}"
+
+    unique = set(values)
+    for d in range(digits, most + 1):
+        if len({shown(v, d) for v in unique}) == len(unique):
+            break
+    return [shown(v, d) for v in values]
+
+
+def table(title: str, rows: list[dict[str, Any]], columns: list[str] | None = None,
+          right: tuple[str, ...] = ()) -> None:
+    """A rich table of dict rows (columns default to the first row's keys; headers from :data:`HEADERS`; numbers,
+    and the ``right`` columns, right-aligned)."""
     if not rows:
         console.print(f"[bold]{title}[/bold]: (none)")
         return
@@ -66,7 +85,7 @@ def table(title: str, rows: list[dict[str, Any]], columns: list[str] | None = No
     out = Table(title=title, title_justify="left", header_style="bold")
     for column in columns:
         given = [row.get(column) for row in rows if row.get(column) is not None]
-        numeric = bool(given) and all(_numeric(value) for value in given)
+        numeric = column in right or (bool(given) and all(_numeric(value) for value in given))
         out.add_column(HEADERS.get(column, column), justify="right" if numeric else "left", overflow="fold")
     for row in rows:
         out.add_row(*(fmt(row.get(column)) for column in columns))
@@ -142,16 +161,27 @@ def pareto(result: dict[str, Any]) -> None:
     """The Pareto table of an optimize (or sweep) result, and where the files went."""
     objectives = result["objectives"]
     units = {"stps": "tokens/s", "utps": "tokens/s", "tokens_per_joule": "tokens/J", "ttft": "s"}
-    rows = [{**({"id": r["id"]} if "id" in r else {}), **{f"{o} ({units[o]})": r[o] for o in objectives},
+    front = result["pareto"]
+    # as many digits as keep two different rows apart (the files keep every digit)
+    shown = {o: distinct([float(r[o]) for r in front]) for o in objectives}
+    headers = [f"{o} ({units[o]})" for o in objectives]
+    rows = [{**({"id": r["id"]} if "id" in r else {}), **{h: shown[o][i] for h, o in zip(headers, objectives,
+                                                                                        strict=True)},
              "chip": r.get("chip"), "noc": str(r.get("noc")).rsplit("/", 1)[-1].removesuffix(".toml"),
              "m": r.get("stacked_layers"), "n": r.get("connected_layers"), "PEs/device": r.get("pes_per_device"),
              "sram": r.get("sram"), "hop×": r.get("hop_latency_scale"), "bw×": r.get("level_bw_scales"),
-             "schedule": r.get("schedule"), "W/mm²": r.get("power_density_W_per_mm2"), "°C": r.get("temperature_c")}
-            for r in result["pareto"]]
+             "schedule": r.get("schedule"), "W/mm²": r.get("power_density_W_per_mm2"), "°C": r.get("temperature_c"),
+             **({"same objectives": " ".join(str(e.get("id")) for e in r.get("equivalent", ())) or None}
+                if any(x.get("equivalent") for x in front) else {})}
+            for i, r in enumerate(front)]
     title = f"Pareto front ({len(rows)} designs)"
     if "study" in result:
         title += f" of study {result['study']}: {result['trials']} trials ({result.get('added', 0)} added)"
-    table(title, rows)
+    table(title, rows, right=tuple(headers))
+    if any(r.get("equivalent") for r in front):
+        console.print("same objectives: other designs that reach exactly that row's objectives (listed in the "
+                      "files under 'equivalent'; evaluate --design takes their ids too)", markup=False,
+                      highlight=False)
     for kind, path in result.get("files", {}).items():
         console.print(f"{kind}: {path}")
 

@@ -117,9 +117,13 @@ def front_design(path: str, wanted: str) -> tuple[DesignPoint, dict]:
     """The design point of row ``wanted`` (its id) of a front file, and the row."""
     data = load_front(path)
     rows = data["pareto"]
-    row = next((r for r in rows if r.get("id") == wanted), None)
-    if row is None:
-        ids = ", ".join(r.get("id", "?") for r in rows[:8])
-        raise UserInputError(f"--design: no row {wanted!r} in {path}; its ids: {ids}{' …' if len(rows) > 8 else ''}")
+    # a row, or a design listed as equivalent to one (the same objectives): the row with its differing fields
+    every = [(r, r) for r in rows] + [(r, other) for r in rows for other in r.get("equivalent", ())]
+    found = next(((r, other) for r, other in every if other.get("id") == wanted), None)
+    if found is None:
+        ids = ", ".join(other.get("id", "?") for _, other in every[:8])
+        raise UserInputError(f"--design: no row {wanted!r} in {path}; its ids: {ids}{' …' if len(every) > 8 else ''}")
+    shown, other = found
+    row = shown if other is shown else {**{k: v for k, v in shown.items() if k != "equivalent"}, **other}
     scenario = Scenario.model_validate(data["scenario"])
     return design_point_of(scenario, data.get("sram_options", {}), row), row

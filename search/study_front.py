@@ -50,6 +50,27 @@ def pareto_front(study, objectives: list[str]) -> list[dict]:
     return sorted(front, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
 
 
+SAME_DESIGN = ("id", "command", "trial", "equivalent")  # what an equivalent design's entry never repeats
+
+
+def one_per_objective_vector(rows: list[dict], objectives: list[str]) -> list[dict]:
+    """One front row per objective vector: designs that reach exactly the same objectives (e.g. differing only
+    in a link level their schedule never uses) are listed under the first one's ``equivalent``, each as its id,
+    trial and the fields where it differs from that row (``evaluate --design`` takes their ids too)."""
+    out: list[dict] = []
+    first: dict[tuple, dict] = {}
+    for row in rows:
+        key = tuple(row[o] for o in objectives)
+        if key not in first:
+            first[key] = row
+            out.append(row)
+            continue
+        shown = first[key]
+        differs = {k: v for k, v in row.items() if k not in SAME_DESIGN and shown.get(k) != v}
+        shown.setdefault("equivalent", []).append({"id": row.get("id"), "trial": row.get("trial"), **differs})
+    return out
+
+
 def _context(study, space) -> tuple[Scenario | None, dict]:
     """The study's scenario and its space's SRAM options (to rebuild a row's design point), when known."""
     problem = study.user_attrs.get("problem") or {}
@@ -74,7 +95,7 @@ def write_front(front: list[dict], study, objectives: list[str], out: Path, name
     base = out / f"{name}.pareto"
     files = {"csv": str(base) + ".csv", "json": str(base) + ".json", "html": str(base) + ".html"}
     scenario, options = _context(study, space)
-    rows = enrich(front, scenario, options, files["csv"])
+    rows = one_per_objective_vector(enrich(front, scenario, options, files["csv"]), objectives)
     front[:] = rows  # the caller's rows (optimize's result and --json) carry the same ids
     columns = list(dict.fromkeys(k for row in rows for k in row)) if rows else objectives
     data = {"study": name, "objectives": objectives, "units": {c: UNITS[c] for c in columns if c in UNITS},

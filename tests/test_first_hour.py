@@ -3,6 +3,8 @@ seeds are one line naming the flag, exit 2, refused before any work starts (noth
 
 from __future__ import annotations
 
+import csv
+import json
 import subprocess
 from pathlib import Path
 
@@ -261,3 +263,84 @@ def test_every_clock_limit_has_its_words(limit, words):
     result = {"hardware": {"stacked_layers": 4, "max_temp_c": 85.0, "tdp_w_per_device": 100.0},
               "breakdown": {"clock_limit": limit}}
     assert (_clock_reason(result) == "") if words is None else (words in _clock_reason(result))
+
+
+# --- the front does not repeat itself ---------------------------------------------------------------------------
+
+MINI8 = ROOT / "search" / "spaces" / "nocs" / "mini8.toml"
+
+
+def _row(trial: int, stps: float, tpj: float, bws=(1.0, 1.0)) -> dict:
+    return {"stps": stps, "tokens_per_joule": tpj, "trial": trial, "chip": "standard", "noc": str(MINI8),
+            "stacked_layers": 4, "connected_layers": 4, "sram": "base", "hop_latency_scale": 1.0,
+            "level_bw_scales": list(bws), "schedule": "tp=8", "fsdp": False, "temperature_c": 55.8}
+
+
+class _Study:
+    """What write_front reads of a study: its name, its problem and its trials (none: no scatter of trials)."""
+
+    study_name = "s"
+
+    def __init__(self):
+        from deepstack.search.space import load_space, scenarios
+
+        self.user_attrs = {"problem": {"scenario": scenarios(load_space("small"))[0].model_dump(mode="json"),
+                                       "space": "small"}}
+
+    def get_trials(self, deepcopy=False):
+        return []
+
+
+@pytest.fixture
+def repeated_front(tmp_path):
+    """A front of three designs, two of them with the very same objectives (they differ in a level's bandwidth)."""
+    from deepstack.search.study_front import write_front
+
+    front = [_row(0, 79197.4, 192.8), _row(1, 79197.4, 192.8, (1.0, 2.0)), _row(2, 78517.0, 197.9, (0.5, 1.0))]
+    files = write_front(front, _Study(), ["stps", "tokens_per_joule"], tmp_path, "s")
+    return front, files
+
+
+def test_one_front_row_per_objective_vector(repeated_front):
+    front, files = repeated_front
+    assert [r["trial"] for r in front] == [0, 2]
+    (same,) = front[0]["equivalent"]
+    assert same["trial"] == 1 and same["level_bw_scales"] == [1.0, 2.0] and same["id"] != front[0]["id"]
+    assert "chip" not in same  # only what differs from the row it is listed in
+    saved = json.loads(Path(files["json"]).read_text())["pareto"]
+    assert saved == front
+    with open(files["csv"], newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 and json.loads(rows[0]["equivalent"])[0]["id"] == same["id"]
+
+
+def test_an_equivalent_designs_id_still_evaluates(repeated_front):
+    from deepstack.search.front_design import front_design
+
+    front, files = repeated_front
+    same = front[0]["equivalent"][0]
+    point, row = front_design(files["csv"], same["id"])
+    assert row["level_bw_scales"] == [1.0, 2.0] and row["trial"] == 1 and "equivalent" not in row
+    first, _ = front_design(files["csv"], front[0]["id"])
+    assert point.network != first.network and point.chip == first.chip
+
+
+def test_the_front_table_names_the_equivalent_designs(repeated_front, capsys):
+    from deepstack import report
+
+    front, _ = repeated_front
+    report.pareto({"objectives": ["stps", "tokens_per_joule"], "pareto": front, "files": {}})
+    out = capsys.readouterr().out
+    assert "same objectives" in out and front[0]["equivalent"][0]["id"] in out
+
+
+def test_two_different_rows_never_print_the_same(capsys):
+    from deepstack import report
+
+    front = [{"stps": 200.04, "tokens_per_joule": 3.0}, {"stps": 200.01, "tokens_per_joule": 3.5},
+             {"stps": 35123.4, "tokens_per_joule": 2.0}]
+    report.pareto({"objectives": ["stps", "tokens_per_joule"], "pareto": front})
+    out = capsys.readouterr().out
+    assert "200.04" in out and "200.01" in out and "35,123" in out
+    assert report.distinct([35123.4, 35123.41]) == ["35,123.4", "35,123.41"]
+    assert report.distinct([0.5133, 0.5134, 0.5133]) == ["0.5133", "0.5134", "0.5133"]
