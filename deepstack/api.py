@@ -454,7 +454,9 @@ def _check_plot_folder(plot: str | None) -> None:
     from pathlib import Path
 
     if plot is not None and not Path(plot).parent.is_dir():
-        raise UserInputError(f"--plot: folder {Path(plot).parent} does not exist; give a file in an existing folder")
+        folder = Path(plot).parent
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise UserInputError(f"--plot: folder {folder} {what}; give a file in an existing folder")
 
 
 def _reference_file(reference: str | None):

@@ -344,3 +344,8 @@ def test_two_different_rows_never_print_the_same(capsys):
     assert "200.04" in out and "200.01" in out and "35,123" in out
     assert report.distinct([35123.4, 35123.41]) == ["35,123.4", "35,123.41"]
     assert report.distinct([0.5133, 0.5134, 0.5133]) == ["0.5133", "0.5134", "0.5133"]
+
+
+def test_a_plot_under_a_file_says_it_is_a_file(cli, a_file):
+    assert_user_error(cli("accuracy", "network", "--plot", str(a_file / "x.png")), "--plot",
+                      f"{a_file} is a file, not a folder")
