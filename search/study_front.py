@@ -130,13 +130,39 @@ def _png(study, front: list[dict], objectives: list[str], path: str) -> str | No
     ax.scatter([t.values[0] for t in trials], [t.values[1] for t in trials], s=10, c="lightgray", label="trials")
     ordered = sorted(front, key=lambda r: r[x_name])
     ax.plot([r[x_name] for r in ordered], [r[y_name] for r in ordered], "o-", c="tab:blue", label="Pareto front")
-    for r in ordered:
-        ax.annotate(r.get("id", ""), (r[x_name], r[y_name]), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xlabel(header(x_name).replace("[", "(").replace("]", ")"))
     ax.set_ylabel(header(y_name).replace("[", "(").replace("]", ")"))
     ax.set_title(f"{study.study_name}: Pareto front ({len(front)} designs)")
     ax.legend()
+    fig.tight_layout()  # the final layout before the labels are measured
+    placed = label_apart(ax, [(r[x_name], r[y_name]) for r in ordered], [r.get("id", "") for r in ordered])
+    if placed < len(ordered):
+        ax.text(0.99, 0.01, f"{len(ordered) - placed} ids left out where they would overlap (see the CSV)",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=6, color="gray")
     return save_figure(fig, path, dpi=120)
+
+
+def label_apart(ax, points: list[tuple[float, float]], labels: list[str], fontsize: float = 6) -> int:
+    """Label each point beside it, inside the axes, leaving out a label that would overlap one already drawn (a
+    dense front printed ids over each other); returns how many were drawn."""
+    figure = ax.figure
+    figure.canvas.draw()  # the axes' final limits: the labels' extents are measured in pixels
+    renderer = figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    drawn = []
+    for (x, y), label in zip(points, labels, strict=True):
+        if not label:
+            continue
+        for offset in ((3, 3), (3, -9), (-3, 3), (-3, -9)):  # right of the point first, inside the axes
+            text = ax.annotate(label, (x, y), fontsize=fontsize, xytext=offset, textcoords="offset points",
+                               ha="left" if offset[0] > 0 else "right")
+            box = text.get_window_extent(renderer)
+            inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+            if inside and not any(box.overlaps(other) for other in drawn):
+                drawn.append(box)
+                break
+            text.remove()
+    return len(drawn)
 
 
 def _plot(study, front: list[dict], objectives: list[str], path: str) -> None:

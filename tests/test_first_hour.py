@@ -349,3 +349,21 @@ def test_two_different_rows_never_print_the_same(capsys):
 def test_a_plot_under_a_file_says_it_is_a_file(cli, a_file):
     assert_user_error(cli("accuracy", "network", "--plot", str(a_file / "x.png")), "--plot",
                       f"{a_file} is a file, not a folder")
+
+
+def test_front_labels_never_overlap():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from deepstack.search.study_front import label_apart
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    points = [(100.0 + i * 0.01, 3.0 - i * 0.001) for i in range(40)] + [(200.0, 1.0)]
+    ax.plot([p[0] for p in points], [p[1] for p in points], "o")
+    placed = label_apart(ax, points, [f"d{i:010x}" for i in range(len(points))])
+    boxes = [t.get_window_extent(fig.canvas.get_renderer()) for t in ax.texts]
+    plt.close(fig)
+    assert 2 <= placed == len(boxes) < len(points)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
