@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,27 @@ class MutableMemoKeyError(TypeError):
 
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, range, enum.Enum, type, np.generic, FrozenMap)
+_LOOK_INSIDE = object()  # the verdict of tuples and frozensets: immutable if what they hold is
+_PLAIN = frozenset({type(None), bool, int, float, str, bytes})
+
+
+def _judge(kind: type) -> Any:
+    verdict = _verdict(kind)
+    if verdict is True:
+        _VERDICTS.immutable.add(kind)
+    return verdict
+
+
+def _verdict(kind: type) -> Any:
+    if issubclass(kind, tuple | frozenset):
+        return _LOOK_INSIDE
+    if issubclass(kind, _ATOMS) or getattr(kind, "MEMO_KEY", False):
+        return True
+    params = getattr(kind, "__dataclass_params__", None)
+    if params is not None:
+        return bool(params.frozen)
+    config = getattr(kind, "model_config", None)
+    return isinstance(config, dict) and bool(config.get("frozen"))
 
 
 def immutable(value: Any) -> bool:
@@ -65,27 +87,49 @@ def immutable(value: Any) -> bool:
     models (the schemas: their collections are tuples and frozen maps) qualify; dicts, lists, sets, arrays and
     objects that can be changed do not. A class whose instances never change once made, without being a frozen
     dataclass, vouches for it with ``MEMO_KEY = True`` (a key view built once in ``__init__``; a phase keyed by
-    identity whose rows are made lazily: filling them in never changes what the phase is). Each argument is
-    checked by its own type (a frozen record's fields are frozen by its declaration), so the check costs little.
+    identity whose rows are made lazily: filling them in never changes what the phase is). Each value is judged
+    by its type (once per type; a frozen record's fields are frozen by its declaration), and a tuple by the
+    types it holds, so the check costs little next to the miss it guards.
     """
-    if isinstance(value, _ATOMS):
+    kind = type(value)
+    verdict = _VERDICTS.get(kind)
+    if verdict is None:
+        verdict = _VERDICTS[kind] = _judge(kind)  # a few dozen types: never near the bound
+    if verdict is not _LOOK_INSIDE:
+        return verdict
+    kinds = set(map(type, value))
+    if kinds <= _PLAIN:  # numbers and strings only: the common case, decided without a Python loop
         return True
-    if isinstance(value, tuple | frozenset):
-        return all(immutable(v) for v in value)
-    if getattr(type(value), "MEMO_KEY", False):
+    if _JUDGED.get(id(value)) is value:  # a shared tuple (a layout's groups, a network structure) judged before
         return True
-    params = getattr(type(value), "__dataclass_params__", None)
-    if params is not None:
-        return params.frozen
-    config = getattr(type(value), "model_config", None)
-    return isinstance(config, dict) and bool(config.get("frozen"))
+    inside = set()
+    for inner in kinds:
+        judged = _VERDICTS.get(inner)
+        if judged is None:
+            judged = _VERDICTS[inner] = _judge(inner)
+        if judged is False:
+            return False
+        if judged is _LOOK_INSIDE:
+            inside.add(inner)
+    if inside:  # nested tuples: one pass over what they hold decides the usual groups of device numbers
+        nested = [v for v in value if type(v) in inside]
+        if not set(map(type, itertools.chain.from_iterable(nested))) <= _PLAIN and not all(map(immutable, nested)):
+            return False
+    if len(_JUDGED) >= _JUDGED.maxsize:  # worth remembering: it held more than numbers and strings
+        _JUDGED.clear()
+    _JUDGED[id(value)] = value  # kept alive while listed, so its id is not reused
+    return True
 
 
 def check_key(where: str, key: Any) -> None:
     """Refuse (:class:`MutableMemoKeyError`) a memo key that could change after the lookup."""
-    if not immutable(key):
-        parts = key if isinstance(key, tuple) else (key,)
-        culprit = next((p for p in parts if not immutable(p)), key)
+    parts = key if type(key) is tuple else (key,)  # the arguments, each judged (the call's own tuple is new)
+    whole = _VERDICTS.immutable
+    if set(map(type, parts)) <= whole:  # records, numbers, strings: one comparison
+        return
+    for culprit in parts:
+        if type(culprit) in whole or _JUDGED.get(id(culprit)) is culprit or immutable(culprit):
+            continue
         raise MutableMemoKeyError(
             f"{where}: memo key holds a {type(culprit).__name__}, which can be changed after the lookup (and would "
             "then return the old value); key memos on immutable inputs (tuples, frozen records, FrozenMap)")
@@ -157,6 +201,24 @@ class Table(dict):
 
 
 _MISSING = object()
+# what immutable() learnt: a type → True, False or _LOOK_INSIDE (judged once per type: keys are checked often), and
+# id → a tuple judged immutable (memo keys reuse the same groups and network structures; listed, it stays alive, so
+# its id is not reused). Filled with plain dict writes: Table.put would check its own keys.
+class _Verdicts(Table):
+    """Types judged for memo keys (a type → its verdict), with the set of those that are immutable whole: a key
+    made of such types only is decided by one set comparison."""
+
+    def __init__(self, name: str, maxsize: int) -> None:
+        super().__init__(name, maxsize)
+        self.immutable: set[type] = set()
+
+    def cache_clear(self) -> None:
+        self.clear()
+        self.immutable.clear()
+
+
+_VERDICTS = _Verdicts("memo key verdicts per type", maxsize=4096)
+_JUDGED = Table("memo keys judged immutable", maxsize=8192)
 
 
 def registered() -> tuple[Any, ...]:
