@@ -376,7 +376,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     storage_url = storage or default_storage(study)
     folder = front_folder(out, storage_url)
     check_storage_folder(storage_url, may_create=storage is None)
-    check_output_folder(folder)  # before any trial runs: the front is written there at the end
+    # before any trial runs: the front is written there at the end (beside the storage file unless --out says)
+    check_output_folder(folder, "--out" if out is not None else "--storage")
     store = open_storage(storage_url, create_folder=storage is None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
