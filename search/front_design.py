@@ -93,23 +93,24 @@ def header(column: str) -> str:
 
 
 def load_front(path: str) -> dict:
-    """A study's ``<name>.pareto.json`` (given it, or the ``.csv`` beside it)."""
+    """A front's JSON: a study's ``<name>.pareto.json`` or a sweep's ``pareto.json`` (given it, or the ``.csv``
+    beside it)."""
     file = Path(path)
     if not file.is_file():
-        raise UserInputError(f"--front: {path}: no such file; give the .pareto.csv or .pareto.json that optimize "
-                             "wrote")
+        raise UserInputError(f"--front: {path}: no such file; give the pareto.csv or pareto.json that optimize "
+                             "or sweep wrote")
     if file.suffix == ".csv":
         file = file.with_suffix(".json")
         if not file.is_file():
-            raise UserInputError(f"--front: {path} is read with the {file.name} optimize wrote beside it (the rows' "
+            raise UserInputError(f"--front: {path} is read with the {file.name} written beside it (the rows' "
                                  f"scenario and SRAM options), and {file} does not exist")
     try:
         data = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise UserInputError(f"--front: cannot read {file} ({exc.__class__.__name__}); give the .pareto.csv or "
-                             ".pareto.json that optimize wrote") from None
+        raise UserInputError(f"--front: cannot read {file} ({exc.__class__.__name__}); give the pareto.csv or "
+                             "pareto.json that optimize or sweep wrote") from None
     if not isinstance(data, dict) or "pareto" not in data or "scenario" not in data:
-        raise UserInputError(f"--front: {file} is not a study front written by deepstack optimize (no scenario)")
+        raise UserInputError(f"--front: {file} is not a front written by deepstack optimize or sweep (no scenario)")
     return data
 
 

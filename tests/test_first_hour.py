@@ -367,3 +367,23 @@ def test_front_labels_never_overlap():
     plt.close(fig)
     assert 2 <= placed == len(boxes) < len(points)
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_a_sweep_front_row_has_an_id_that_reproduces_it(cli, tmp_path):
+    from conftest import write_space
+
+    space = write_space(tmp_path / "tiny.toml", chips=("standard",), hops=(1.0,))
+    out = tmp_path / "sweep"
+    result = cli("sweep", "--mode", "exhaustive", "--space", str(space), "--out", str(out), "--workers", "1",
+                 "--json")
+    assert result.code == 0, result.err
+    with open(out / "pareto.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and all(row["id"].startswith("d") and row["command"].endswith(f"--front {out}/pareto.csv")
+                        for row in rows)
+    assert [row["id"] for row in rows] == [row["id"] for row in result.json()["pareto"]]
+    row = rows[-1]
+    again = cli("evaluate", "--design", row["id"], "--front", str(out / "pareto.csv"), "--json")
+    assert again.code == 0, again.err
+    metrics = again.json()["metrics"]
+    assert (metrics["stps"], metrics["tokens_per_joule"]) == (float(row["stps"]), float(row["tokens_per_joule"]))

@@ -181,7 +181,11 @@ def _log(out: Path) -> list[str]:
 
 
 def _front(out: Path) -> list[dict]:
-    return json.loads((out / "pareto.json").read_text())["pareto"]
+    """The front's rows, without the command that reproduces each (it names the folder's own pareto.csv)."""
+    rows = json.loads((out / "pareto.json").read_text())["pareto"]
+    for row in rows:
+        assert row.pop("command").endswith(f"--front {out}/pareto.csv")
+    return rows
 
 
 def assert_same_sweep(out: Path, reference: Path) -> None:

@@ -13,6 +13,7 @@ from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import pareto
+from deepstack.search.front_design import enrich
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.sweep.points import METRIC_COLUMNS
 
@@ -56,8 +57,14 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
     # schedule): without it the column is left out rather than filled with NaN
     metrics = [c for c in METRIC_COLUMNS if c != "ttft_s" or getattr(result, "with_ttft", True)]
     columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *metrics]
+    # each front row with its id and the command that reproduces it (evaluate --design ID --front pareto.csv), as
+    # an optimize front's rows
+    sram_options = {o.name: o.model_dump(mode="json") for o in space.hardware.sram}
+    result.pareto[:] = enrich(result.pareto, scenario, sram_options, str(out / "pareto.csv"))
     for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
         names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
+        if name == "pareto.csv":
+            names = ["id", *names, "pes_per_device", "command"]
         with open(out / name, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(names)
@@ -72,8 +79,9 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
     if not getattr(result, "with_ttft", True):
         summary["not_computed"] = {"ttft_s": "no ttft objective: add ttft to --objective to time each prefill"}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "pareto.json").write_text(json.dumps(finite({"objectives": result.objectives, "pareto": result.pareto}),
-                                                indent=2, default=str, allow_nan=False))
+    front_data = {"objectives": result.objectives, "scenario": scenario.model_dump(mode="json"),
+                  "sram_options": sram_options, "pareto": result.pareto}
+    (out / "pareto.json").write_text(json.dumps(finite(front_data), indent=2, default=str, allow_nan=False))
 
 
 def read_sweep(folder: str) -> tuple[dict, list[dict]]:
