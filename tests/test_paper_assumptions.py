@@ -10,11 +10,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
 from deepstack import api, catalog
 from deepstack.accuracy import paper
+from deepstack.errors import UserInputError
 from deepstack.models import assumptions
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate, idle_devices
@@ -194,3 +196,21 @@ def test_optimize_front_counts_real_tokens(cli, tmp_path):
     assert front
     for row in front:
         assert row["stps"] == pytest.approx(3 * row["utps"], rel=1e-9), row
+
+
+def test_a_space_file_names_its_assumption_set(tmp_path):
+    from deepstack.search.space import load_space, scenarios
+
+    text = (Path(__file__).resolve().parents[1] / "search" / "spaces" / "small.toml").read_text()
+    space = tmp_path / "small-paper.toml"
+    (tmp_path / "nocs").mkdir()
+    (tmp_path / "nocs" / "mini8.toml").write_text(
+        (Path(__file__).resolve().parents[1] / "search" / "spaces" / "nocs" / "mini8.toml").read_text())
+    space.write_text(text.replace('sequence_lengths = [[1024, 1024]]',
+                                  'sequence_lengths = [[1024, 1024]]\nassumptions = "paper"'))
+    assert {sc.assumptions for sc in scenarios(load_space(str(space)))} == {"paper"}
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace('sequence_lengths = [[1024, 1024]]',
+                                'sequence_lengths = [[1024, 1024]]\nassumptions = "papers"'))
+    with pytest.raises(UserInputError, match="assumptions"):
+        load_space(str(bad))
