@@ -116,14 +116,19 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
                       dev.clock_Hz * scale / 1e9, dev.device_area_mm2 * devices, memory.total_B / GiB)
     return Report(
         feasible=not violations, violations=tuple(violations), metrics=metrics,
-        hardware=dataclasses.replace(
-            hardware_summary(point.chip, point.network, point.stacked_layers, point.connected_layers, point.sram,
-                             point.noc_bw_scale, devices), ambient_c=ambient_c),
+        hardware=_judged_at(hardware_summary(point.chip, point.network, point.stacked_layers, point.connected_layers,
+                                             point.sram, point.noc_bw_scale, devices), ambient_c),
         schedule=schedule_summary(s, devices, main.microbatches),
         scenario=scenario_summary(scenario),
         breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B,
                                       devices, point.network) if breakdown else None,
     )
+
+
+def _judged_at(hardware, ambient_c: float):
+    """The hardware summary with the ambient its temperature was judged at (the paper set's 35 °C; usually the
+    chip's own, and then the summary as it is)."""
+    return hardware if hardware.ambient_c == ambient_c else dataclasses.replace(hardware, ambient_c=ambient_c)
 
 
 def idle_devices(schedule: Schedule, batch: int, devices: int) -> int:
