@@ -79,3 +79,13 @@ def tp_may_exceed_heads(scenario: Scenario) -> bool:
     """Under the paper set TP may be a multiple of the attention heads (heads replicated, its Table 4 baseline
     runs tp=256 on DeepSeek-V3's 128 heads); by default TP must divide them."""
     return uses(scenario, "tp_beyond_heads")
+
+
+def cluster_network(assumptions: str, noc: str) -> str:
+    """The 2.5D cluster's network under an assumption set (by name): the paper set reads Table 3 as printed,
+    200 GB/s per GPU between nodes (``h100-star-32x-table3``); the default reads a DGX's one 400 Gb/s NIC per GPU
+    (``h100-star-32x``, docs/calibration.md §11)."""
+    if assumptions.startswith(PAPER) and assumptions != f"{PAPER}-without-table3_cluster_bw" \
+            and noc == "h100-star-32x":
+        return "h100-star-32x-table3"
+    return noc

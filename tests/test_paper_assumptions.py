@@ -214,3 +214,13 @@ def test_a_space_file_names_its_assumption_set(tmp_path):
                                 'sequence_lengths = [[1024, 1024]]\nassumptions = "papers"'))
     with pytest.raises(UserInputError, match="assumptions"):
         load_space(str(bad))
+
+
+def test_paper_reads_the_2p5d_cluster_as_table3_prints_it():
+    # Table 3: 200 GB/s per GPU between nodes; the default reads a DGX's one 400 Gb/s NIC per GPU (50 GB/s)
+    assert assumptions.cluster_network("paper", "h100-star-32x") == "h100-star-32x-table3"
+    assert assumptions.cluster_network("default", "h100-star-32x") == "h100-star-32x"
+    assert assumptions.cluster_network("paper-without-table3_cluster_bw", "h100-star-32x") == "h100-star-32x"
+    assert assumptions.cluster_network("paper", "tms1") == "tms1"
+    table3 = catalog.load("nocs", "h100-star-32x-table3")
+    assert table3.levels[-1].link_bw_GBps == 200.0

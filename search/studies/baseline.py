@@ -18,6 +18,7 @@ import numpy as np
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
+from deepstack.models import assumptions
 from deepstack.schema import Scenario
 from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.cells import stacking_grid, workers_of
@@ -92,7 +93,8 @@ def baseline_comparison(ctx: StudyContext) -> None:
     n = ctx.param("connected_layers", m)
     nocs_3d = [preset_ref(ctx, noc) for noc in ctx.param("nocs_3d")]
     hw_3d = [Hardware(chip, noc, m, n) for chip in ctx.param("chips_3d") for noc in nocs_3d]
-    baseline_noc = preset_ref(ctx, ctx.param("baseline_noc"))
+    baseline_noc = preset_ref(ctx, assumptions.cluster_network(ctx.param("assumptions", "default"),
+                                                               ctx.param("baseline_noc")))
     hw_2p5d = [Hardware(chip, baseline_noc) for chip in ctx.param("baselines")]
     areas = {hw.label: _system_area_mm2(hw) for hw in hw_3d + hw_2p5d}
     if len(set(areas.values())) != 1:
