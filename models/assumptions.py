@@ -18,14 +18,14 @@ PAPER_AMBIENT_C = 35.0
 PAPER_DECODE_POINTS = 4
 
 
-def is_paper(scenario: Scenario) -> bool:
-    """Whether the scenario runs the paper set (whole, or with one choice back at the default)."""
-    return scenario.assumptions.startswith(PAPER)
-
-
 def uses(scenario: Scenario, choice: str) -> bool:
     """Whether the scenario's assumption set makes the paper's ``choice`` (one of ``PAPER_CHOICES``)."""
-    return is_paper(scenario) and scenario.assumptions != f"{PAPER}-without-{choice}"
+    return set_uses(scenario.assumptions, choice)
+
+
+def set_uses(assumptions: str, choice: str) -> bool:
+    """Whether the assumption set named ``assumptions`` makes the paper's ``choice``."""
+    return assumptions.startswith(PAPER) and assumptions != f"{PAPER}-without-{choice}"
 
 
 def decode_kv_lengths(scenario: Scenario) -> tuple[int, ...]:
@@ -85,7 +85,6 @@ def cluster_network(assumptions: str, noc: str) -> str:
     """The 2.5D cluster's network under an assumption set (by name): the paper set reads Table 3 as printed,
     200 GB/s per GPU between nodes (``h100-star-32x-table3``); the default reads a DGX's one 400 Gb/s NIC per GPU
     (``h100-star-32x``, docs/calibration.md §11)."""
-    if assumptions.startswith(PAPER) and assumptions != f"{PAPER}-without-table3_cluster_bw" \
-            and noc == "h100-star-32x":
+    if set_uses(assumptions, "table3_cluster_bw") and noc == "h100-star-32x":
         return "h100-star-32x-table3"
     return noc

@@ -26,6 +26,12 @@ _MAX_DEGREE = 1 << 20
 # ep as given; "replace_only" folds its TP into EP (vLLM's TP8 with expert parallelism runs its MoE as EP8): the
 # FFN module takes the folded layout for the routed experts, the rest of the FFN stays on the attention's TP.
 MOE_MODES = ("none", "replace_only")
+
+
+def dense_on_attention(moe_mode: str) -> bool:
+    """Whether the dense FFN layers, shared experts and vocabulary-parallel embedding and head run on the
+    attention's layout (``replace_only``) rather than the FFN module's."""
+    return moe_mode == "replace_only"
 # Which algorithms implement which collective: the built-ins of deepstack.models.collectives (a test keeps them
 # equal); its register_algorithm adds the ones a user registers, so files and --parallel may name them too.
 ALGORITHMS_FOR: dict[str, tuple[str, ...]] = {
@@ -131,6 +137,10 @@ class Schedule(Frozen):
         # the collectives table is a mapping; hash its sorted items so schedules (and design points) can key memos
         return (self.attention, self.ffn, self.pp, self.fsdp, self.microbatches,
                 tuple(sorted(self.collectives.items())), self.moe_mode)
+
+    @property
+    def dense_on_attention(self) -> bool:
+        return dense_on_attention(self.moe_mode)
 
     @property
     def is_per_module(self) -> bool:

@@ -103,7 +103,9 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
         wave_B = a_B + b_B + c_B
         bank_s = np.zeros(rows_n)
         streamed = ~b_res
-        if streamed.any():
+        if dev.dram.weight_layout == "row_major":  # every tile access reads tk contiguous weights per row
+            bank_s = np.where(streamed, dram_model.stream_time_s(dev.dram, b_B, tk * b_bytes), 0.0)
+        elif streamed.any():
             window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
             stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
             # many candidates share a window shape: time each distinct one once
@@ -115,8 +117,6 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
             window_s = dram_model.window_service_times_s(dev.dram, cols[streamed][first], stride[first],
                                                          window[first], swizzle)[which.ravel()]
             bank_s[streamed] = window_s * ceil_div(k_steps[streamed], window_steps[streamed])
-        if dev.dram.weight_layout == "row_major":  # every tile access reads tk contiguous weights per row
-            bank_s = np.where(streamed, dram_model.stream_time_s(dev.dram, b_B, tk * b_bytes), 0.0)
         bank_s = bank_s + dram_model.stream_time_s(dev.dram, a_B + c_B, segment)
         in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
                                              + np.where(a_res, 0.0, tm * tk * a_bytes))

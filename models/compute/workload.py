@@ -23,7 +23,7 @@ from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.models.parallel.strategies import pipeline_stage_layers
 from deepstack.schema import LLM, Scenario
-from deepstack.schema.schedule import ModuleParallel
+from deepstack.schema.schedule import ModuleParallel, dense_on_attention
 
 KV_PAGE_TOKENS = 16  # vLLM's default KV-cache block size: pages of 16 tokens set the DRAM transaction size
 RMSNORM_FLOPS_PER_ELEMENT = 4  # square, accumulate, scale by rsqrt, scale by weight
@@ -423,7 +423,7 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
     group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp))
     if phase == "decode":
         group_tokens = min(group_tokens, ceil_div(scenario.batch, ffn.dp * ffn.sp * ffn.cp))
-    dense, dense_tokens = (attention, share.tokens) if moe_mode == "replace_only" else (ffn, ffn_tokens)
+    dense, dense_tokens = (attention, share.tokens) if dense_on_attention(moe_mode) else (ffn, ffn_tokens)
     if share.dense_layers:
         out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, dense_tokens, dense, a, w, False)))
     if share.moe_layers:

@@ -111,7 +111,7 @@ def ffn_comms(model: LLM, scenario: Scenario, schedule: Schedule, share_a: Devic
     ab = scenario.precision.activation_bytes
     d = model.hidden
     out: list[CommOp] = []
-    on_attention = schedule.moe_mode == "replace_only"  # dense FFN and shared experts on the attention's TP
+    on_attention = schedule.dense_on_attention  # dense FFN and shared experts on the attention's TP
     if on_attention and not moe:
         if schedule.attention.tp > 1:
             out.append(CommOp("ffn_tp_allreduce", "all_reduce", "a_tp", share_a.tokens * d * ab, after="down_proj"))
@@ -158,7 +158,7 @@ def stage_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: Devic
     ab = scenario.precision.activation_bytes
     out: list[CommOp] = []
     # the vocabulary-parallel embedding and head follow the FFN's TP, or the attention's under replace_only
-    tp, dim = (schedule.attention.tp, "a_tp") if schedule.moe_mode == "replace_only" else (schedule.ffn.tp, "f_tp")
+    tp, dim = (schedule.attention.tp, "a_tp") if schedule.dense_on_attention else (schedule.ffn.tp, "f_tp")
     if tp > 1 and share.first_stage:
         out.append(CommOp("embedding_allreduce", "all_reduce", dim, share.tokens * model.hidden * ab))
     if tp > 1 and share.last_stage:

@@ -145,7 +145,7 @@ def _layout(plan: Strategy | Schedule) -> _Layout:
         module = _Module(plan.tp, plan.ep, plan.sp, plan.cp, plan.dp)
         return _Layout(module, module, plan.pp, plan.fsdp, plan.tp)
     a, f = plan.attention, plan.ffn
-    dense_tp = a.tp if plan.moe_mode == "replace_only" else f.tp
+    dense_tp = a.tp if plan.dense_on_attention else f.tp
     return _Layout(_Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp), plan.pp, plan.fsdp,
                    dense_tp)
 
