@@ -6,7 +6,7 @@
   schedule evaluations included); for each the hypervolume ratio to the sweep's front. Both inner solvers are run:
   ``screen`` (the default) and ``exact`` (every schedule of every proposed point: plain bi-level).
 * ``--space default`` (acceptance 2): the hierarchical sweep of the default space and the README's first command
-  (defaults: 100 trials, seed 0, then the local search around the front), on the same machine with the same
+  (defaults: 1,000 trials, seed 0, 60 % of them local search around the front), on the same machine with the same
   number of workers; both wall times, their ratio and the hypervolume ratio. ``--slice NAME`` runs both on a
   named slice of the default space instead (``SLICES``: when the full sweep would take more than an hour) and
   prints the full sweep's estimated time from the slice's evaluations/s and the full space's tier-1 hardware
@@ -119,7 +119,7 @@ def _space(slice_name: str | None, root: Path) -> tuple[str, str]:
     return str(path), f"the default space's slice {slice_name!r} ({what})"
 
 
-def default(workers: int, root: Path, slice_name: str | None = None, trials: int = 100) -> None:
+def default(workers: int, root: Path, slice_name: str | None = None, trials: int = opt.DEFAULT_TRIALS) -> None:
     from deepstack.search.space import base_points
 
     space, label = _space(slice_name, root)
@@ -128,8 +128,8 @@ def default(workers: int, root: Path, slice_name: str | None = None, trials: int
     job = opt.optimize(objectives=OBJECTIVES, space=space, scenario=scenario, trials=trials, study="readme",
                        storage=f"sqlite:///{root / 'readme.db'}", out=str(root / "fronts"), workers=workers)
     job_wall = time.perf_counter() - started
-    print(f"main job on {label} (the README's first command: {trials} trials, seed 0, then "
-          f"{job.run['refined']} trials of local search around the front; {workers} workers): {job_wall:.1f} s, "
+    print(f"main job on {label} (the README's first command: {trials} trials, seed 0, "
+          f"{job.run['refined']} of them local search around the front; {workers} workers): {job_wall:.1f} s, "
           f"{job.run['evaluations']} design-point evaluations, front of {len(job.pareto)}", flush=True)
     started = time.perf_counter()
     swept = sweep(mode="hierarchical", space=space, scenario=scenario, objectives=OBJECTIVES,
@@ -161,7 +161,7 @@ def main() -> None:
                         help="--space default only: run the sweep and the main job on this named slice of the "
                              "default space and print the full sweep's estimated time; "
                              + "; ".join(f"{k}: {v[0]}" for k, v in SLICES.items()))
-    parser.add_argument("--trials", type=int, default=100, help="--space default: the main job's trials")
+    parser.add_argument("--trials", type=int, default=opt.DEFAULT_TRIALS, help="--space default: the main job's trials")
     args = parser.parse_args()
     if args.slice and args.space != "default":
         parser.error("--slice goes with --space default")

@@ -170,13 +170,14 @@ def sweep(*, scenario: Scenario, space: str | None = None, objectives: list[str]
 
 
 def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps", "tokens_per_joule"),
-             scenario: Scenario | None = None, space: str | None = None, sampler: str = "nsga2", trials: int = 100,
+             scenario: Scenario | None = None, space: str | None = None, sampler: str = "nsga2", trials: int = 1000,
              study: str = "deepstack", storage: str | None = None, seed: int | None = 0, workers: int = 1,
              out: str | None = None, batch: int = 4, until_stall: int | None = None, inner: str = "screen",
-             refine: int = 1000):
+             refine: int | None = None):
     """Create or resume an Optuna study over a design space and add ``trials`` trials (fewer with
-    ``until_stall``), then up to ``refine`` trials of local search around the front; the defaults are
-    ``deepstack optimize``'s (the same seed gives the same front).
+    ``until_stall``), ``refine`` of them (default 60 %) local search around the front; the defaults are
+    ``deepstack optimize``'s (the same seed gives the same front; after an interrupt, the same call finishes the
+    run).
 
     ``scenario`` defaults to the space's first; ``storage`` an Optuna storage URL (SQLite by default;
     PostgreSQL needs the ``[postgres]`` extra). Returns the study result (trials, Pareto front, files written).

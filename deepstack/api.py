@@ -366,7 +366,7 @@ def run_optimize(*, objective: str, model: str | None, phase: str | None, batch:
     result = opt.optimize(objectives=objectives, space=space, scenario=scenario, sampler=sampler, trials=trials,
                           study=study, storage=storage, seed=seed, workers=workers, out=out, progress=progress,
                           batch=opt.DEFAULT_BATCH if batch_size is None else batch_size, until_stall=until_stall,
-                          log=log, inner=inner, refine=opt.REFINE_TRIALS if refine is None else refine)
+                          log=log, inner=inner, refine=refine)
     return {"study": result.study, "storage": result.storage, "trials": result.trials, "added": result.added,
             "run": result.run,
             "objectives": result.objectives, "wall_s": result.wall_s, "files": result.files,

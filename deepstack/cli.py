@@ -405,7 +405,9 @@ def optimize(
     space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
-    trials: Annotated[int, typer.Option(help="Trials to add to the study.")] = 100,
+    trials: Annotated[int, typer.Option(
+        help="Trials this run adds to the study, local search included (after an interrupt, the same command "
+             "adds only what the cut-short run did not).")] = 1000,
     study: Annotated[str, typer.Option(help="Study name (re-running continues it).")] = "deepstack",
     storage: Annotated[str | None, typer.Option(
         help="sqlite:///PATH.db (default studies/<study>.db), postgresql://…, or journal:PATH (a file's folder "
@@ -418,10 +420,11 @@ def optimize(
         help="Stop early when the hypervolume has not grown for this many trials.")] = None,
     inner: Annotated[str, typer.Option(help="screen (default: a sampled point tries the elite schedules) or exact "
                                             "(every schedule that fits).")] = "screen",
-    refine: Annotated[int, typer.Option(
-        help="After the trials, at most this many trials of local search around the front: every design within two "
+    refine: Annotated[int | None, typer.Option(
+        help="How many of the --trials are local search around the front (default 60 %): every design within two "
              "moves (chip, NoC, SRAM, one step of m, n, hop latency or a level's bandwidth) of a front design is "
-             "screened and front designs are solved exactly, until the front stops changing (0: none).")] = 1000,
+             "screened and front designs are solved exactly; what it does not need goes back to the sampler "
+             "(0: none).")] = None,
     out: Annotated[str | None, typer.Option(
         help="Folder for <study>.pareto.csv/json/html/png and <study>.hypervolume.png (default: the folder of the "
              "--storage file, studies/ for the default storage or a database server).")] = None,
@@ -430,7 +433,8 @@ def optimize(
     """Search the design space for the Pareto front of the objectives: Optuna proposes hardware points (CP-SAT
     repairs them), each trial solves the point's schedules with the schedule engine and keeps its Pareto set of
     schedules; the catalog's named designs are tried first. Prints the hypervolume after every batch; Ctrl-C
-    (SIGINT) or SIGTERM keeps every finished trial, queues the interrupted ones again and exits with status 130.
+    (SIGINT) or SIGTERM keeps every finished trial and exits with status 130: the same command then finishes the
+    run, and the study ends as an uninterrupted run would have left it.
 
     Example: deepstack optimize --objective stps,tokens_per_joule --trials 40
     """
@@ -463,14 +467,18 @@ def _optimize_summary(result: dict) -> None:
     """What the run did: counts, hypervolume, evaluations, and why it stopped."""
     run = result["run"]
     refined = f" ({run['refined']} of them refining the front)" if run.get("refined") else ""
-    print(f"this run: {run['told']} trials told{refined}, {run['repaired']} proposals repaired, {run['infeasible']} "
-          f"infeasible, {run['over_thermal_limit']} over the thermal limit; hypervolume {run['hypervolume']:.6g} "
-          f"(seed {run['seed']}); {run['evaluations']} design-point evaluations in the study")
+    earlier = (f" ({run['resumed_from']} of them by the interrupted run this one finished)" if run.get("resumed_from")
+               else "")
+    print(f"this run: {run['told']} trials told{earlier}{refined}, {run['repaired']} proposals repaired, "
+          f"{run['infeasible']} infeasible, {run['over_thermal_limit']} over the thermal limit; hypervolume "
+          f"{run['hypervolume']:.6g} (seed {run['seed']}); {run['evaluations']} design-point evaluations in the study")
     if run.get("stalled"):
         print("stopped: the hypervolume did not grow for the --until-stall trials")
     if run.get("interrupted"):
-        print(f"interrupted by {run['interrupted']}: {result['trials']} completed trials kept in {result['storage']};"
-              f" the interrupted batch is queued as trial(s) {run['requeued']}; re-run the same command to continue")
+        print(f"interrupted by {run['interrupted']}: {result['trials']} trials kept in {result['storage']}; the "
+              f"batch being evaluated was not stored. Re-run the same command to finish this run ({run['told']} of "
+              f"its {run['planned']} trials are done): it proposes that batch again and ends as an uninterrupted "
+              "run would")
 
 
 @app.command()

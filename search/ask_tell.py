@@ -4,8 +4,8 @@
 Per batch: mirror the trials other processes added, ask a batch of proposals on the mirror (no storage round
 trip), repair them with CP-SAT, solve their hardware points on the worker pool, tell the mirror and write the
 batch's trials to the persistent study in one call (one transaction on an RDB); after the batch, the hypervolume
-and the study's user attributes. A SIGINT/SIGTERM during the evaluation queues the batch's proposals in the
-persistent study.
+and the study's user attributes. A SIGINT/SIGTERM during the evaluation drops the batch: the next run of the same
+command proposes it again (:mod:`.resume`).
 """
 
 from __future__ import annotations
@@ -28,14 +28,18 @@ PHASES = ("ask", "repair", "evaluate", "store", "bookkeeping", "setup", "front")
 
 
 def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until_stall: int | None, progress, log,
-        stops, inner: str, refine: int = 0) -> dict:
-    """Ask a batch on the mirror, solve the hardware points (in the pool), tell the mirror
-    and write the batch to the persistent study in one call; until ``trials`` trials are told, the hypervolume
-    stalls or a signal comes. Then up to ``refine`` trials of local search around the front (:func:`_refine`)."""
+        stops, inner: str, refine: int = 0, told: int = 0, checkpoint=None) -> dict:
+    """Tell ``trials`` trials (``told`` of them already in the study: a cut-short run being finished), unless the
+    hypervolume stalls or a signal comes. The last ``refine`` of them are local search around the front
+    (:func:`_refine`); trials it does not need go back to the sampler. Per batch: ask on the mirror (reseeded from
+    the study's trial count, so a resumed run proposes what the uninterrupted one would), solve the hardware
+    points (in the pool), tell the mirror and write the batch to the persistent study in one call, then
+    ``checkpoint(told)``."""
     objectives = list(problem.objectives)
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, objectives)
-    run = {"told": 0, "refined": 0, "interrupted": None, "requeued": [], "stalled": False, **{k: 0 for k in COUNTS}}
+    run = {"told": told, "planned": trials, "resumed_from": told, "refined": 0, "interrupted": None, "stalled": False,
+           **{k: 0 for k in COUNTS}}
     clock = run["timing_s"] = {phase: 0.0 for phase in PHASES}
     tick = _lap(clock, "store", tick)
     mirror.refresh()
@@ -46,10 +50,11 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
 
         def one_batch(size: int, announce: bool = True) -> bool:
             """Ask, solve, tell and store one batch (``announce``: log the hypervolume after it); False when a
-            signal interrupted it."""
+            signal interrupted it (its proposals are not stored: the next run proposes them again)."""
             tick = time.perf_counter()
             mirror.refresh()
             tick = _lap(clock, "store", tick)
+            mirror.reseed()
             asked = mirror.ask(size)
             proposals = [_suggest(trial, problem) for trial in asked]
             tick = _lap(clock, "ask", tick)
@@ -67,7 +72,6 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 tick = _lap(clock, "evaluate", tick)
             except KeyboardInterrupt:
                 run["interrupted"] = stops.name or "SIGINT"
-                run["requeued"] = mirror.requeue(asked, run["interrupted"])
                 return False
             told = [_tell(mirror, *job, record, run) for job in zip(asked, proposals, tasks, results, strict=True)]
             for number, (result, task), solved in zip(mirror.write(asked), told, tasks, strict=True):  # one write
@@ -76,66 +80,79 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
             hv = record.progress.record(mirror.completed, record.evaluations)
             tick = _lap(clock, "bookkeeping", tick)
             record.save(the_study)
+            if checkpoint:
+                checkpoint(run["told"])
             clock["store"] += time.perf_counter() - tick
-            if progress and announce:
+            if progress:
                 progress(run["told"], trials)
             if log and announce:
                 log(f"trials {mirror.completed}: hypervolume {hv:.6g}, {record.evaluations} evaluations, "
                     f"front {len(record.front_rows())} designs × schedules")
             return True
 
-        while run["told"] < trials and not stops.stopped:
-            if not one_batch(min(batch, trials - run["told"])):
-                break
-            if until_stall and record.progress.stalled(until_stall):
-                run["stalled"] = True
-                break
-        if refine > 0 and trials > 0 and not run["interrupted"]:  # --trials 0 only prints the front
-            _refine(mirror, problem, record, run, batch, stops, one_batch, log, limit=refine)
+        def sample(until: int) -> None:
+            while run["told"] < until and not stops.stopped and not run["stalled"]:
+                if not one_batch(min(batch, until - run["told"])):
+                    return
+                if until_stall and record.progress.stalled(until_stall):
+                    run["stalled"] = True
+
+        sample(trials - min(refine, trials))
+        if refine > 0 and not run["interrupted"]:
+            run["refined"] = max(0, run["told"] - (trials - min(refine, trials)))  # a resumed run's earlier ones
+            _refine(problem, record, run, batch, stops, one_batch, log, mirror,
+                    until=trials if not run["stalled"] else min(trials, run["told"] + refine))
+            sample(trials)  # the trials the local search did not need
     if stops.stopped and not run["interrupted"]:
         run["interrupted"] = stops.name
     return run
 
 
-def _refine(mirror, problem, record: StudyRecord, run: dict, batch: int, stops, one_batch, log, limit: int) -> None:
-    """Pareto local search around the front, up to ``limit`` trials: every point within two moves of a front
-    design (:func:`deepstack.search.bilevel.neighbours`: another chip, NoC or SRAM option, or one step of m, n,
-    the hop latency or a level's bandwidth) not tried yet is screened, nearest first, and a front design found
-    by a screen is solved exactly; repeated while the front changes. The sampler finds the region; this finds
-    its corner, which often needs two moves at once (a chip whose NoC is cheaper at a lower link bandwidth
-    fits one more PE per device)."""
-    feasibility = problem.feasibility
-    while not stops.stopped and run["refined"] < limit:
-        todo: dict = {}  # hardware point → "exact" or "screen", in the order they are tried
-        fronts = record.front_hardware()
-        for hardware in fronts:
-            if hardware not in record.solved_exactly:
-                todo[hardware] = "exact"
-        for ring in range(2):
-            for hardware in fronts:
-                near = bilevel.neighbours(problem, hardware)
-                if ring:
-                    near = [far for point in near for far in bilevel.neighbours(problem, point)]
-                for point in near:
-                    repaired = feasibility.repair(Proposal(point, Strategy(dp=feasibility.n))).hardware
-                    if repaired not in record.tried and repaired not in todo:
-                        todo[repaired] = "screen"
-        jobs = list(todo.items())[:limit - run["refined"]]
+def _refine(problem, record: StudyRecord, run: dict, batch: int, stops, one_batch, log, mirror, until: int) -> None:
+    """Pareto local search around the front until ``until`` trials are told or it finds nothing new: every point
+    within two moves of a front design (:func:`deepstack.search.bilevel.neighbours`: another chip, NoC or SRAM
+    option, or one step of m, n, the hop latency or a level's bandwidth) not tried yet is screened, nearest first,
+    and a front design found by a screen is solved exactly. Each batch takes the next points around the front as
+    it stands (so a resumed run continues exactly where the interrupted one stopped). The sampler finds the region;
+    this finds its corner, which often needs two moves at once (a chip whose NoC is cheaper at a lower link
+    bandwidth fits one more PE per device)."""
+    size = max(batch, REFINE_BATCH)  # the points are known up front: bigger batches, fewer writes
+    while not stops.stopped and run["told"] < until:
+        jobs = _refine_jobs(problem, record, min(size, until - run["told"]))
         if not jobs:
             return
         for hardware, how in jobs:
             mirror.enqueue(bilevel.trial_params(problem, hardware), {"refine": how}, skip_if_exists=False)
-        done, chunk = 0, max(batch, REFINE_BATCH)  # the points are known up front: bigger batches, fewer writes
-        while done < len(jobs):
-            size = min(chunk, len(jobs) - done)
-            if not one_batch(size, announce=False):
-                return
-            done += size
-            run["refined"] += size
+        if not one_batch(len(jobs), announce=False):
+            return
+        run["refined"] += len(jobs)
         if log:
-            log(f"refine: {len(jobs)} points around {len(fronts)} front designs, {run['refined']} refining trials "
-                f"so far: hypervolume {record.progress.history[-1][2]:.6g}, {record.evaluations} evaluations, "
-                f"front {len(record.front_rows())} designs × schedules")
+            log(f"refine: {len(jobs)} points around {len(record.front_hardware())} front designs, {run['refined']} "
+                f"refining trials so far: hypervolume {record.progress.history[-1][2]:.6g}, "
+                f"{record.evaluations} evaluations, front {len(record.front_rows())} designs × schedules")
+
+
+def _refine_jobs(problem, record: StudyRecord, limit: int) -> list[tuple]:
+    """The next ``limit`` points of the local search, as (hardware point, "exact" or "screen"): front designs not
+    solved exactly yet, then untried points one move from a front design, then two moves."""
+    feasibility = problem.feasibility
+    todo: dict = {}  # hardware point → "exact" or "screen", in the order they are tried
+    fronts = record.front_hardware()
+    for hardware in fronts:
+        if hardware not in record.solved_exactly:
+            todo[hardware] = "exact"
+    for ring in range(2):
+        for hardware in fronts:
+            near = bilevel.neighbours(problem, hardware)
+            if ring:
+                near = [far for point in near for far in bilevel.neighbours(problem, point)]
+            for point in near:
+                if len(todo) >= limit:
+                    return list(todo.items())
+                repaired = feasibility.repair(Proposal(point, Strategy(dp=feasibility.n))).hardware
+                if repaired not in record.tried and repaired not in todo:
+                    todo[repaired] = "screen"
+    return list(todo.items())[:limit]
 
 
 def _tell(mirror, trial, proposal, task, result, record: StudyRecord, run: dict) -> tuple:

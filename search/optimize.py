@@ -3,7 +3,8 @@
 A trial proposes a hardware point and a schedule; CP-SAT repairs it to the nearest feasible point (area,
 stacking, memory, pruning rules), so every evaluated trial is feasible by construction; thermal limits, known
 only after evaluating, go through Optuna's constraint API. Studies live in an RDB (SQLite by default) or a
-journal file and resume: re-running the same command adds ``trials`` more. The sampler runs on an in-memory
+journal file and resume: re-running the same command adds ``trials`` more, or finishes a run an interrupt cut
+short (:mod:`.resume`). The sampler runs on an in-memory
 mirror of the study (:class:`Mirror`) and each batch of finished trials is stored in one write, so a killed run loses
 only the batch it was evaluating and never leaves a RUNNING trial (the batched loop: :mod:`.ask_tell`).
 """
@@ -33,6 +34,7 @@ from deepstack.search.feasibility import Proposal, feasibility_of
 from deepstack.search.files import check_output_folder
 from deepstack.search.interrupt import Interrupts
 from deepstack.search.objectives import OBJECTIVES, parse_objectives  # noqa: F401 (re-exported: api)
+from deepstack.search.resume import RunRecord
 from deepstack.search.space import HardwarePoint, load_space, scenarios
 from deepstack.search.study_front import write_front
 from deepstack.search.study_record import StudyRecord, check_same_problem, study_counts
@@ -46,10 +48,14 @@ HEARTBEAT_GRACE_S = 20  # a trial silent this long belongs to a killed worker an
 ZOMBIE_AGE_S = 600  # a trial evaluates in seconds; one RUNNING for 10 minutes belongs to a dead worker
 SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead of failing
 DEFAULT_SEED = 0  # every run of the same command proposes the same points (--seed to vary)
+DEFAULT_TRIALS = 1000  # a run's trials (the main job's): enough for the local search to reach the front's corner
 DEFAULT_BATCH = 4  # trials asked, solved (on the worker pool) and told together
 INNER = ("screen", "exact")  # how a sampled point's schedules are solved (search/bilevel.py)
 SEED_MAX = 2**32 - 1  # the samplers seed numpy's RandomState, which takes 0..2**32 - 1
-REFINE_TRIALS = 1000  # at most this many trials of local search around the front after the sampler's (--refine)
+# the share of a run's trials that go to local search around the front, by default (--refine sets a number): on
+# the default space 30-40 sampled trials find the region and 60-70 refining ones its corner (hypervolume 7.424 with
+# 40 + 60 trials, 7.434 with 100 + 1,000; 7.02 with 50 + 50 — benchmarks/compare_search.py)
+REFINE_SHARE = 0.6
 
 
 def default_storage(study: str) -> str:
@@ -171,10 +177,10 @@ class Problem:
 # has grown). Proposals are asked and told on the mirror; a batch's finished trials go to the persistent study in ONE
 # write (parameters, values, user and system attributes, constraint), so the stored study never holds a RUNNING
 # trial of this path: a SIGKILL loses only the batch being evaluated. Queued (WAITING) trials of the persistent study
-# (an interrupted run's proposals) are mirrored as WAITING with their fixed parameters, so ``ask`` takes them first;
-# when one completes, its completed copy is written (system attribute ``consumed_waiting``: the queued trial's
-# number), then the queued trial is marked FAIL. A kill between those two writes leaves both: the next run sees the
-# copy and fails the queued trial without evaluating it again.
+# (enqueued with Optuna's API, or left by an older version's interrupted run) are mirrored as WAITING with their
+# fixed parameters, so ``ask`` takes them first; when one completes, its completed copy is written (system attribute
+# ``consumed_waiting``: the queued trial's number), then the queued trial is marked FAIL. A kill between those two
+# writes leaves both: the next run sees the copy and fails the queued trial without evaluating it again.
 CONSUMED = "consumed_waiting"  # system attribute of a trial that completed a queued trial: the queued trial's number
 FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
 WAITING = optuna.trial.TrialState.WAITING
@@ -183,14 +189,17 @@ WAITING = optuna.trial.TrialState.WAITING
 class Mirror:
     """An in-memory copy of ``study`` (its finished and queued trials) that samples with ``sampler``."""
 
-    def __init__(self, study: optuna.Study, sampler) -> None:
+    def __init__(self, study: optuna.Study, sampler_name: str, seed: int | None) -> None:
         self.study, self.store, self.study_id = study, study._storage, study._study_id
+        self.sampler_name, self.seed = sampler_name, seed
+        sampler = _sampler(sampler_name, seed)
         backend = getattr(self.store, "_backend", self.store)  # Optuna wraps an RDB storage in a cache
         self.rdb = backend if isinstance(backend, optuna.storages.RDBStorage) else None
         self.memory = optuna.create_study(directions=[d.name.lower() for d in study.directions], sampler=sampler)
         self.known: set[int] = set()  # persistent trial numbers mirrored (or deliberately left out: RUNNING ones)
         self.queued: dict[int, optuna.trial.FrozenTrial] = {}  # mirror trial id → the persistent WAITING trial
         self.completed = 0  # COMPLETE trials of the persistent study, as far as this process knows
+        self.finished = 0  # finished trials (COMPLETE, FAIL, PRUNED), as far as this process knows
         self.seen = 0
         # mirror trial id → the user attributes its persistent copy gets: kept off the mirror, which only samples,
         # because Optuna deep-copies a trial whole when it is told (milliseconds for a front of schedules)
@@ -211,6 +220,7 @@ class Mirror:
             self.known.add(t.number)
             if t.state in FINISHED:
                 self.memory.add_trial(t)
+                self.finished += 1
                 self.completed += t.state == optuna.trial.TrialState.COMPLETE
             elif t.state == WAITING and t.number in consumed:  # completed by a run killed before marking it
                 self._mark_consumed(t)
@@ -251,6 +261,7 @@ class Mirror:
                        for c in copies]
         self.known.update(numbers)
         self.seen += len(numbers)
+        self.finished += len(numbers)
         self.completed += sum(c.state == optuna.trial.TrialState.COMPLETE for c in copies)
         for source in sources:
             if source is not None:
@@ -261,24 +272,13 @@ class Mirror:
         with contextlib.suppress(Exception):  # another process may have completed or consumed it already
             self.store.set_trial_state_values(queued._trial_id, optuna.trial.TrialState.FAIL)
 
-    def requeue(self, asked: list[optuna.trial.Trial], reason: str) -> list[int]:
-        """Queue an interrupted batch's proposals in the persistent study (WAITING, with their parameters) so the
-        next run evaluates them first; proposals that were queued trials already stay queued. Returns their
-        persistent numbers."""
-        numbers = []
-        for trial in asked:
-            source = self.queued.get(trial._trial_id)
-            if source is not None:
-                numbers.append(source.number)
-                continue
-            attrs = {**trial.user_attrs, "requeued": reason}
-            template = optuna.trial.create_trial(state=WAITING, system_attrs={"fixed_params": dict(trial.params)},
-                                                 user_attrs=attrs)
-            numbers.append(self.store.get_trial_number_from_id(
-                self.store.create_new_trial(self.study_id, template_trial=template)))
-            self.seen += 1
-            self.known.add(numbers[-1])
-        return numbers
+    def reseed(self) -> None:
+        """A sampler seeded from the run's seed and the study's finished-trial count, before each batch: the
+        proposals of a batch then depend only on the seed and the trials before it, so a run resumed after an
+        interrupt proposes exactly what the uninterrupted run would have (no seed: left random)."""
+        if self.seed is not None:
+            derived = int(np.random.SeedSequence([self.seed, self.finished]).generate_state(1)[0])
+            self.memory.sampler = _sampler(self.sampler_name, derived)
 
 
 def _count(rdb, study_id: int) -> int:
@@ -345,13 +345,15 @@ class OptimizeResult:
 
 
 def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | None, sampler: str = "nsga2",
-             trials: int = 100, study: str = "deepstack", storage: str | None = None, seed: int | None = DEFAULT_SEED,
-             workers: int = 1, out: str | None = None, batch: int = DEFAULT_BATCH, until_stall: int | None = None,
-             inner: str = "screen", refine: int = REFINE_TRIALS, progress: Callable[[int, int], None] | None = None,
+             trials: int = DEFAULT_TRIALS, study: str = "deepstack", storage: str | None = None,
+             seed: int | None = DEFAULT_SEED, workers: int = 1, out: str | None = None, batch: int = DEFAULT_BATCH,
+             until_stall: int | None = None, inner: str = "screen", refine: int | None = None,
+             progress: Callable[[int, int], None] | None = None,
              log: Callable[[str], None] | None = None) -> OptimizeResult:
-    """Create or resume a study and add ``trials`` trials (fewer if ``until_stall`` trials pass without the
-    hypervolume growing, or a SIGINT/SIGTERM ends the run: then ``run["interrupted"]`` names the signal, and the
-    interrupted batch's proposals are queued); write the Pareto front files and the hypervolume PNG."""
+    """Create or resume a study and add ``trials`` trials, the last ``refine`` of them local search around the
+    front (fewer if ``until_stall`` trials pass without the hypervolume growing, or a SIGINT/SIGTERM ends the run:
+    then ``run["interrupted"]`` names the signal and the next call with the same options finishes the run, as if
+    never interrupted); write the Pareto front files and the hypervolume PNG."""
     if trials < 0 or trials > 1_000_000:
         raise UserInputError(f"--trials: must be in 0..1000000 (got {trials})")
     if not 1 <= workers <= 64:
@@ -360,6 +362,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
         raise UserInputError(f"--trials-per-batch: must be in 1..1024 (got {batch})")
     if until_stall is not None and until_stall < 1:
         raise UserInputError(f"--until-stall: must be a number of trials ≥ 1 (got {until_stall})")
+    if refine is None:
+        refine = round(REFINE_SHARE * trials)
     if not 0 <= refine <= 1_000_000:
         raise UserInputError(f"--refine: must be a number of trials in 0..1000000 (got {refine})")
     if inner not in INNER:
@@ -390,11 +394,20 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     if isinstance(store, optuna.storages.RDBStorage):
         optuna.storages.fail_stale_trials(the_study)  # an older version's killed trial (heartbeats) becomes FAIL
     _fail_zombies(the_study)
-    before = _completed(the_study)
+    plan = {"trials": trials, "refine": refine, "batch": batch, "seed": seed, "sampler": sampler, "inner": inner,
+            "until_stall": until_stall}
+    this_run = RunRecord(the_study, plan)  # a run an interrupt cut short, with this plan, is finished first
     setup_s, running = time.perf_counter() - started, time.perf_counter()
-    with Interrupts() as stops:
-        run = ask_tell.run(Mirror(the_study, _sampler(sampler, seed)), the_study, problem, trials, batch, workers,
-                           until_stall, progress, log, stops, inner, refine)
+    run = None
+    try:
+        with Interrupts() as stops:
+            run = ask_tell.run(Mirror(the_study, sampler, seed), the_study, problem, trials, batch, workers,
+                               until_stall, progress, log, stops, inner, refine, this_run.told, this_run.save)
+    finally:
+        if run is not None and not run["interrupted"]:
+            this_run.finish()
+        else:  # a signal or an error: the next run with this plan finishes it
+            this_run.save(run["told"] if run else this_run.told, interrupted=True)
     wall = time.perf_counter() - running
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, list(objectives))
@@ -407,7 +420,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     run["timing_s"].update(setup=setup_s, front=time.perf_counter() - tick)
     run.update({"hypervolume": history[-1][2] if history else 0.0, "evaluations": record.evaluations,
                 "study_counts": study_counts(the_study), "seed": seed, "batch": batch})
-    return OptimizeResult(study, storage_url, _completed(the_study), _completed(the_study) - before,
+    return OptimizeResult(study, storage_url, _finished(the_study), run["told"] - run["resumed_from"],
                           list(objectives), front, files, wall, run)
 
 
@@ -427,8 +440,9 @@ def _any_proposal(problem: Problem) -> Proposal:
                                   (hw.level_bw_scale[0],) * _noc_levels(f.nocs[0])), Strategy(dp=f.n))
 
 
-def _completed(study) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
+def _finished(study) -> int:
+    """The study's trials (complete, or failed: a proposal no schedule fits), what ``--trials`` counts."""
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
 def study_points(storage: str, study: str) -> tuple[list[str], np.ndarray, int, float]:

@@ -48,7 +48,7 @@ def test_the_public_optimize_has_the_cli_defaults():
     assert list(public["objectives"]) == command["objective"].split(",") == ["stps", "tokens_per_joule"]
     for name in ("sampler", "trials", "study", "storage", "seed", "workers", "until_stall", "inner", "out", "refine"):
         assert public[name] == command[name] == engine[name], name
-    assert public["seed"] == search_optimize.DEFAULT_SEED == 0 and public["trials"] == 100
-    assert public["refine"] == search_optimize.REFINE_TRIALS
+    assert public["seed"] == search_optimize.DEFAULT_SEED == 0 and public["trials"] == 1000
+    assert public["refine"] is None  # the engine's share of the trials (REFINE_SHARE)
     # the CLI's --trials-per-batch is None for "the default", which is the engine's
     assert command["trials_per_batch"] is None and public["batch"] == engine["batch"] == search_optimize.DEFAULT_BATCH

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +23,8 @@ from pathlib import Path
 import optuna
 import pytest
 from conftest import assert_user_error, run_in_process
+
+from deepstack.search import resume
 
 
 def _console_script() -> str:
@@ -40,12 +44,15 @@ def _complete(db: Path) -> int:
         return 0
 
 
-def _interrupt(cwd: Path, sig: int) -> subprocess.CompletedProcess:
-    """Start a long default-space study; once a COMPLETE trial is in the file, send ``sig``."""
-    args = [_console_script(), "optimize", "--trials", "1000", "--study", "i", "--storage", "sqlite:///i.db"]
+RUN = ("optimize", "--space", "small", "--trials", "60", "--seed", "5")  # 36 of the 60 refine the front
+
+
+def _interrupt(cwd: Path, sig: int, study: str) -> subprocess.CompletedProcess:
+    """Start a small-space study; once 8 trials are in the file, send ``sig``."""
+    args = [_console_script(), *RUN, "--study", study, "--storage", f"sqlite:///{study}.db"]
     process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300  # readiness guard only: a healthy run gets there in seconds
-    while _complete(cwd / "i.db") < 1:
+    while _complete(cwd / f"{study}.db") < 8:
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.02)
@@ -54,44 +61,51 @@ def _interrupt(cwd: Path, sig: int) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(args, process.returncode, out, err)
 
 
+def _trials(cwd: Path, study: str) -> list[tuple]:
+    """What a study holds, in order: each trial's state, parameters and objective values."""
+    trials = optuna.load_study(study_name=study, storage=f"sqlite:///{cwd / f'{study}.db'}").get_trials()
+    return [(t.number, t.state.name, t.params, t.values) for t in trials]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict:
+    cwd = tmp_path_factory.mktemp("uninterrupted")
+    run = run_in_process(*RUN, "--study", "u", "--storage", "sqlite:///u.db", "--json", cwd=cwd)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return {"out": json.loads(run.stdout), "trials": _trials(cwd, "u")}
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_ends_optimize_cleanly_and_the_next_run_retries_the_interrupted_trials(tmp_path, sig):
-    done = _interrupt(tmp_path, sig)
+def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_path, sig, uninterrupted):
+    done = _interrupt(tmp_path, sig, "i")
     assert done.returncode == 130, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "no feasible" not in done.stderr + done.stdout, done.stderr
     name = signal.Signals(sig).name
-    assert f"interrupted by {name}" in done.stdout and "completed trials kept" in done.stdout, done.stdout
+    kept = len(_trials(tmp_path, "i"))
+    assert 8 <= kept < 60
+    assert f"interrupted by {name}: {kept} trials kept" in done.stdout, done.stdout
+    assert f"{kept} of its 60 trials are done" in done.stdout and "Re-run the same command" in done.stdout
     assert "Pareto front" in done.stdout  # the front of what was kept is still printed and written
     assert (tmp_path / "i.pareto.csv").is_file()
+    # the sampler ran on an in-memory mirror: the stored study never holds a RUNNING or queued trial
+    assert {state for _, state, _, _ in _trials(tmp_path, "i")} <= {"COMPLETE", "FAIL"}
 
-    url = f"sqlite:///{tmp_path / 'i.db'}"
-    trials = optuna.load_study(study_name="i", storage=url).get_trials()
-    # the sampler ran on an in-memory mirror: the stored study never holds a RUNNING trial
-    assert not [t for t in trials if t.state.name == "RUNNING"]
-    waiting = [t for t in trials if t.state.name == "WAITING"]
-    kept = sum(t.state.name == "COMPLETE" for t in trials)
-    assert kept >= 1 and f"{kept} completed trials kept" in done.stdout
-    # the interrupted batch's proposals are queued with their parameters (a signal between two batches leaves
-    # none), and the output names them
-    assert f"queued as trial(s) {[t.number for t in waiting]}" in done.stdout, done.stdout
-    for t in waiting:
-        assert t.user_attrs.get("requeued") == name or t.user_attrs.get("warm_start"), t.user_attrs
-        assert set(t.system_attrs["fixed_params"]) >= {"chip", "noc", "stacked_layers", "connected_layers"}
-
-    # the next run takes the queued trials first and completes them with the same parameters (stored a batch per write):
-    # the completed copy names the queued trial, which is then marked FAIL so nothing runs it again
-    again = run_in_process("optimize", "--trials", str(max(1, len(waiting))), "--refine", "0", "--study", "i",
-                           "--storage", url, "--json", cwd=tmp_path)
+    # the same command finishes the run: the study then holds exactly what the uninterrupted run left, trial by
+    # trial, and the same front
+    again = run_in_process(*RUN, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
-    after = optuna.load_study(study_name="i", storage=url).get_trials()
-    copies = {t.system_attrs["consumed_waiting"]: t for t in after if "consumed_waiting" in t.system_attrs}
-    for t in waiting:
-        assert after[t.number].state.name == "FAIL"
-        assert copies[t.number].state.name == "COMPLETE"
-        assert copies[t.number].params == t.system_attrs["fixed_params"]
-        assert copies[t.number].user_attrs["solve"]["inner"] == "exact"
-    assert not [t for t in after if t.state.name in ("RUNNING", "WAITING")]
-    assert json.loads(again.stdout)["trials"] == kept + max(1, len(waiting))
+    out = json.loads(again.stdout)
+    assert out["trials"] == 60 and out["added"] == 60 - kept and out["run"]["resumed_from"] == kept
+    assert _trials(tmp_path, "i") == uninterrupted["trials"]
+    assert out["run"]["hypervolume"] == uninterrupted["out"]["run"]["hypervolume"]
+    def objectives(rows):
+        return [(r["stps"], r["tokens_per_joule"], r["chip"], r["schedule"]) for r in rows]
+
+    assert objectives(out["pareto"]) == objectives(uninterrupted["out"]["pareto"])
+
+    # and a run after a finished one adds its trials again
+    more = run_in_process(*RUN, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
+    assert more.returncode == 0 and json.loads(more.stdout)["trials"] == 120
 
 
 def test_queued_trial_completed_by_a_killed_run_is_not_run_again(tmp_path, cli, monkeypatch):
@@ -162,3 +176,26 @@ def test_optimize_error_has_no_leading_blank_line(tmp_path):
 
 def test_optimize_help_lists_the_small_space(cli):
     assert "small" in " ".join(cli("optimize", "--help").out.split())
+
+
+def test_a_killed_run_is_adopted_by_the_same_command_and_a_live_one_never(tmp_path):
+    """The run record (search/resume.py) on a real SQLite study: a record left by a process that is gone is adopted
+    by a run with the same options (and only then), one whose process still runs (another worker) never is."""
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    study = optuna.create_study(study_name="r", storage=url)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # its pid is free now: the record below is what a SIGKILLed run leaves
+    plan = {"trials": 40, "refine": 24, "batch": 4, "seed": 0, "sampler": "nsga2", "inner": "screen",
+            "until_stall": None}
+    record = {"plan": plan, "host": socket.gethostname(), "updated": time.time()}
+    study.set_user_attr(resume.KEY, {"dead": {**record, "pid": gone.pid, "told": 12},
+                                     "live": {**record, "pid": os.getpid(), "told": 20}})
+
+    other = resume.RunRecord(study, {**plan, "seed": 1})  # other options: a new run
+    assert not other.resumed and other.told == 0
+    adopted = resume.RunRecord(study, plan)
+    assert adopted.resumed and adopted.key == "dead" and adopted.told == 12
+    adopted.finish()
+    assert set(study.user_attrs[resume.KEY]) == {"live", other.key}
+    again = resume.RunRecord(study, plan)  # the live worker's run is not taken over
+    assert not again.resumed and again.told == 0

@@ -73,20 +73,28 @@ def test_neighbours_are_one_move_away():
 
 
 def test_refinement_ends_at_a_pareto_local_optimum(tmp_path):
-    """After the trials, the local search runs until the front stops changing: every front design is solved
-    exactly and every design within two moves of one has been tried; the front only improves."""
+    """After the sampled trials, the local search runs until the front stops changing: every front design is
+    solved exactly and every design within two moves of one has been tried; the front only improves. The trials
+    it did not need go back to the sampler, so the run adds exactly ``trials``."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
     plain = opt.optimize(objectives=OBJECTIVES, space="small", scenario=None, trials=12, refine=0, study="plain",
                          storage=url, out=str(tmp_path))
-    refined = opt.optimize(objectives=OBJECTIVES, space="small", scenario=None, trials=12, study="refined",
-                           storage=url, out=str(tmp_path))
-    assert 0 < refined.run["refined"] < opt.REFINE_TRIALS  # it converged before its budget
-    assert refined.trials == 12 + refined.run["refined"]
+    budget = 400
+    refined = opt.optimize(objectives=OBJECTIVES, space="small", scenario=None, trials=12 + budget, refine=budget,
+                           study="refined", storage=url, out=str(tmp_path))
+    assert 0 < refined.run["refined"] < budget  # it converged before its budget ...
+    assert refined.trials == 12 + budget  # ... and the sampler had the rest
     assert refined.run["hypervolume"] >= plain.run["hypervolume"]
 
     problem = _problem("small")
     f = problem.feasibility
-    record = StudyRecord.load(optuna.load_study(study_name="refined", storage=url), OBJECTIVES)
+    # the study as it stood when the local search ended
+    study = optuna.load_study(study_name="refined", storage=url)
+    ended = optuna.create_study(directions=study.directions)
+    for key, value in study.user_attrs.items():
+        ended.set_user_attr(key, value)
+    ended.add_trials(study.get_trials()[:12 + refined.run["refined"]])
+    record = StudyRecord.load(ended, OBJECTIVES)
     front = record.front_hardware()
     assert front and all(point in record.solved_exactly for point in front)
     for point in front:
