@@ -168,6 +168,15 @@ def test_accuracy_paper_cli(cli):
     for row in data["table4"]:
         assert row["verdict"] in ("holds", "fails")
         assert row["ratio"] == pytest.approx(row["paper_set_stps"] / row["paper_stps"])
+    # R10 / R21: Table 4's b1024 steps 5 and 7 over the best H200* design of the same set, whose STPS is reported
+    found = {(f["finding"], f["what"]): f for f in data["findings"]}
+    baseline = found["R10 baseline", "the best H200* design, DeepSeek-V3 decode b1024 (STPS, schedule)"]
+    assert baseline["paper"] == "29,278–31,376 (implied by R21)"  # 38,061 / 1.30 and 54,280 / 1.73
+    step = {r["step"]: r for r in data["table4"] if r["batch"] == 1024}
+    for name, number in (("R21", 5), ("R10", 7)):
+        ratio = found[name, f"b1024 Table 4 step {number} over the best H200*"]
+        for s in ("paper_set", "default_set"):
+            assert ratio[s] == pytest.approx(step[number][f"{s}_stps"] / baseline["stps"][s])
 
 
 def test_assumptions_flag_is_validated(cli):
