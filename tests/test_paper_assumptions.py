@@ -233,3 +233,28 @@ def test_paper_reads_the_2p5d_cluster_as_table3_prints_it():
     assert assumptions.cluster_network("paper", "tms1") == "tms1"
     table3 = catalog.load("nocs", "h100-star-32x-table3")
     assert table3.levels[-1].link_bw_GBps == 200.0
+
+
+def test_r19_r20_are_computed_from_the_noc_sweep_under_both_sets():
+    """The paper-findings study's R19/R20 rows (batch 4 only here): the SM counts of the area trade are the paper's
+    (0.75 / 1 / 2× NoC bandwidth → 9 / 8 / 5 SMs, the area model's anchors), and each effect is a percentage of
+    the nominal point's STPS with a verdict that follows the 5-point rule."""
+    from deepstack.search.studies.paper_findings import NOC_POINTS, noc_findings
+
+    class Quick:  # the study context's parameters: batch 4 only
+        def param(self, key, default=None):
+            return {"noc_batches": [4], "workers": 1}.get(key, default)
+
+    rows = noc_findings(Quick())
+    sms = rows[0]
+    assert sms["paper_set"] == sms["default_set"] == "9 / 8 / 5" and sms["verdict"] == "holds"
+    effects = [r for r in rows if r["finding"] == "R19" and isinstance(r["paper"], float)]
+    assert [r["what"] for r in effects] == ["b4: spread over 0.25–4× hop latency (% STPS)",
+                                            "b4: 0.75× bandwidth, all levels (% STPS)",
+                                            "b4: 0.75× bandwidth with 0.25× hop latency (% STPS)"]
+    for r in effects:
+        agree = (r["paper_set"] > 0) == (r["paper"] > 0) and abs(r["paper_set"] - r["paper"]) <= NOC_POINTS
+        assert r["verdict"] == ("holds" if agree else "fails")
+    assert effects[0]["paper_set"] >= 0  # a spread
+    (r20,) = [r for r in rows if r["finding"] == "R20"]
+    assert r20["what"].startswith("b4:") and r20["verdict"] in ("holds", "fails")

@@ -15,25 +15,48 @@ from deepstack.search.studies.point_search import Hardware, PointTask, run_tasks
 def noc_sensitivity(ctx: StudyContext) -> None:
     """STPS (best flat schedule per point) and PE count as NoC bandwidth and hop latency are scaled."""
     model, phase = ctx.param("model"), ctx.param("phase", "decode")
-    noc = preset_ref(ctx, ctx.param("noc"))
     m = ctx.param("stacked_layers", 4)
-    base = Hardware(ctx.param("chip"), noc, m, ctx.param("connected_layers", m))
-    levels = len(catalog.load("nocs", noc).levels)
+    base = Hardware(ctx.param("chip"), preset_ref(ctx, ctx.param("noc")), m, ctx.param("connected_layers", m))
+    batches = ctx.param("batches")
+    rows = sensitivity_rows(base, {b: scenario_of(ctx, model, phase, b) for b in batches},
+                            sweeps_of(base, ctx.param("bandwidth_scales"), ctx.param("hop_latency_scales"),
+                                      ctx.param("level_bandwidth_scales")), ctx.param("workers", 1))
+    ctx.write_csv("points.csv", rows)
+    _plot_sensitivity(ctx, rows, batches, "bandwidth", "link bandwidth scale (×)", "stps_vs_bandwidth.png")
+    _plot_sensitivity(ctx, rows, batches, "hop_latency", "hop latency scale (×)", "stps_vs_latency.png")
+    shown = [{"batch": r["batch"], "sweep": r["sweep"], "level": r["level"], "scale": r["scale"],
+              "PEs/device": r["pes_per_device"], "STPS": r["stps"], "schedule": r.get("schedule", r["status"])}
+             for r in rows]
+    ctx.write_summary(
+        f"{model} {phase} on {base.label} (best flat schedule per point). Bandwidth scales every link of the "
+        "named level(s); the NoC area grows with it, so fewer PEs fit. Hop latency scales every level's "
+        "per-hop delay.\n\n" + ctx.key_table("STPS and PEs per device at each NoC bandwidth and hop-latency scale",
+                                               shown))
+
+
+def sweeps_of(base: Hardware, bandwidth_scales, hop_latency_scales, level_bandwidth_scales) -> list[tuple]:
+    """(sweep, level, scale, hardware point): every level's bandwidth at once, every level's hop latency at once,
+    then one level's bandwidth at a time (the others nominal)."""
+    levels = len(catalog.load("nocs", base.noc).levels)
     sweeps: list[tuple[str, str, float, Hardware]] = []
-    for s in ctx.param("bandwidth_scales"):
+    for s in bandwidth_scales:
         sweeps.append(("bandwidth", "all", s, replace(base, level_bw_scales=(float(s),) * levels)))
-    for s in ctx.param("hop_latency_scales"):
+    for s in hop_latency_scales:
         sweeps.append(("hop_latency", "all", s, replace(base, hop_latency_scale=float(s))))
     for level in range(levels):
-        for s in ctx.param("level_bandwidth_scales"):
+        for s in level_bandwidth_scales:
             scales = tuple(float(s) if i == level else 1.0 for i in range(levels))
             sweeps.append(("bandwidth", f"L{level + 1}", s, replace(base, level_bw_scales=scales)))
+    return sweeps
+
+
+def sensitivity_rows(base: Hardware, scenarios: dict, sweeps: list[tuple], workers: int = 1) -> list[dict]:
+    """One row per batch (``scenarios``: batch → scenario) and sweep point: the point's PEs per device and its
+    best flat schedule's metrics."""
     rows = []
-    for batch in ctx.param("batches"):
-        sc = scenario_of(ctx, model, phase, batch)
+    for batch, sc in scenarios.items():
         unique = list(dict.fromkeys(hw for *_, hw in sweeps))
-        results = dict(zip(unique, run_tasks([PointTask(hw, sc) for hw in unique], ctx.param("workers", 1)),
-                           strict=True))
+        results = dict(zip(unique, run_tasks([PointTask(hw, sc) for hw in unique], workers), strict=True))
         for sweep, level, scale, hw in sweeps:
             result = results[hw]
             top = result.best()
@@ -45,18 +68,7 @@ def noc_sensitivity(ctx: StudyContext) -> None:
                 any_point = result.candidates[0] if result.candidates else None
                 row.update(pes_per_device=any_point.pes_per_device if any_point else math.nan, stps=math.nan)
             rows.append(row)
-    ctx.write_csv("points.csv", rows)
-    batches = ctx.param("batches")
-    _plot_sensitivity(ctx, rows, batches, "bandwidth", "link bandwidth scale (×)", "stps_vs_bandwidth.png")
-    _plot_sensitivity(ctx, rows, batches, "hop_latency", "hop latency scale (×)", "stps_vs_latency.png")
-    shown = [{"batch": r["batch"], "sweep": r["sweep"], "level": r["level"], "scale": r["scale"],
-              "PEs/device": r["pes_per_device"], "STPS": r["stps"], "schedule": r.get("schedule", r["status"])}
-             for r in rows]
-    ctx.write_summary(
-        f"{model} {phase} on {base.label} (best flat schedule per point). Bandwidth scales every link of the "
-        "named level(s); the NoC area grows with it, so fewer PEs fit. Hop latency scales every level's "
-        "per-hop delay.\n\n" + ctx.key_table("STPS and PEs per device at each NoC bandwidth and hop-latency scale",
-                                               shown))
+    return rows
 
 
 def _plot_sensitivity(ctx: StudyContext, rows: list[dict], batches: list[int], sweep: str, xlabel: str,

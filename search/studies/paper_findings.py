@@ -4,8 +4,13 @@ results page carries the paper-vs-default table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from deepstack.schema import build_scenario
 from deepstack.search.studies import StudyContext, runner
 from deepstack.search.studies.cells import Cell, evaluate_all, evaluated_rows, regime_label
+from deepstack.search.studies.noc_sensitivity import sensitivity_rows, sweeps_of
+from deepstack.search.studies.point_search import Hardware
 
 TABLE4_COLUMNS = ["row", "schedule", "paper_stps", "paper_set_stps", "paper_set_feasible", "default_set_stps",
                   "ratio", "verdict"]
@@ -57,6 +62,70 @@ def stacking_findings(ctx: StudyContext) -> list[dict]:
     return out
 
 
+# R19 / R20 (§5.5, DeepSeek-V3 decode on Standard / TMS1, m = n = 4): the paper's figures, each as (batch, what,
+# how ours is read from the sweep, the paper's value). A verdict holds when the sign agrees and the magnitude is
+# within 5 points. "spread" is (best − worst) / the nominal point's STPS over the 0.25–4× hop-latency sweep.
+R19 = ((1024, "spread over 0.25–4× hop latency", "latency_spread", 3.6),
+       (1024, "0.75× bandwidth, all levels", ("bandwidth", "all", 0.75), 2.4),
+       (1024, "2× bandwidth, all levels", ("bandwidth", "all", 2.0), -27.2),
+       (4, "spread over 0.25–4× hop latency", "latency_spread", 31.3),
+       (4, "0.75× bandwidth, all levels", ("bandwidth", "all", 0.75), 8.8),
+       (4, "0.75× bandwidth with 0.25× hop latency", "best_pair", 17.3))
+R19_SMS = "9 / 8 / 5"  # SMs per cluster at 0.75 / 1 / 2× NoC bandwidth (the area trade)
+NOC_POINTS = 5.0  # R19–R20: magnitudes within 5 points
+
+
+def noc_findings(ctx: StudyContext) -> list[dict]:
+    """R19 (NoC bandwidth and hop latency, all levels at once, traded against compute area) and R20 (one level at
+    a time: L2 may shrink a little at no loss, L3 gains from a little more), from the noc-sensitivity sweep run
+    under each assumption set."""
+    base = Hardware("standard", "tms1", 4, 4)
+    sweeps = sweeps_of(base, (0.75, 1.0, 2.0), (0.25, 1.0, 4.0), ())
+    sweeps += [("pair", "all", 0.75, replace(base, level_bw_scales=(0.75,) * 3, hop_latency_scale=0.25)),
+               ("bandwidth", "L2", 0.75, replace(base, level_bw_scales=(1.0, 0.75, 1.0))),
+               ("bandwidth", "L3", 1.5, replace(base, level_bw_scales=(1.0, 1.0, 1.5)))]
+    found: dict[str, dict] = {}
+    batches = [int(b) for b in ctx.param("noc_batches", [4, 1024])]
+    for name in SETS:
+        scenarios = {b: build_scenario("deepseek-v3", "decode", b, 1024, 1024, None, assumptions=name)
+                     for b in batches}
+        rows = sensitivity_rows(base, scenarios, sweeps, ctx.param("workers", 2))
+        found[name] = {(r["batch"], r["sweep"], r["level"], r["scale"]): r for r in rows}
+    out = [{"finding": "R19", "what": "SMs per cluster at 0.75 / 1 / 2× NoC bandwidth", "paper": R19_SMS,
+            **{f"{n}_set": " / ".join(str(found[n][batches[0], "bandwidth", "all", s]["pes_per_device"])
+                                      for s in (0.75, 1.0, 2.0)) for n in SETS}}]
+    out[0]["verdict"] = "holds" if out[0]["paper_set"] == R19_SMS else "fails"
+    for batch, what, how, paper in (r for r in R19 if r[0] in batches):
+        ours = {f"{n}_set": _noc_effect_pct(found[n], batch, how) for n in SETS}
+        out.append({"finding": "R19", "what": f"b{batch}: {what} (% STPS)", "paper": paper, **ours,
+                    "verdict": _noc_verdict(ours["paper_set"], paper)})
+    for batch in batches:
+        ours = {n: {lv: _noc_effect_pct(found[n], batch, ("bandwidth", lv, s)) for lv, s in (("L2", 0.75),
+                                                                                             ("L3", 1.5))}
+                for n in SETS}
+        out.append({"finding": "R20", "what": f"b{batch}: 0.75× L2 / 1.5× L3 bandwidth alone (% STPS)",
+                    "paper": "L2: no loss; L3: a gain",
+                    **{f"{n}_set": f"L2 {v['L2']:+.1f} %, L3 {v['L3']:+.1f} %" for n, v in ours.items()},
+                    "verdict": "holds" if ours["paper"]["L2"] >= -1.0 and ours["paper"]["L3"] > 0 else "fails"})
+    return out
+
+
+def _noc_effect_pct(rows: dict, batch: int, how) -> float:
+    """The effect of one NoC change on the best STPS, in % of the nominal point's."""
+    nominal = rows[batch, "bandwidth", "all", 1.0]["stps"]
+    if how == "latency_spread":
+        values = [rows[batch, "hop_latency", "all", s]["stps"] for s in (0.25, 1.0, 4.0)]
+        return 100 * (max(values) - min(values)) / nominal
+    if how == "best_pair":
+        return 100 * (rows[batch, "pair", "all", 0.75]["stps"] / nominal - 1)
+    return 100 * (rows[(batch, *how)]["stps"] / nominal - 1)
+
+
+def _noc_verdict(ours: float, paper: float) -> str:
+    same_sign = (ours > 0) == (paper > 0) or (abs(ours) < 0.5 and abs(paper) < 0.5)
+    return "holds" if same_sign and abs(ours - paper) <= NOC_POINTS else "fails"
+
+
 @runner("paper_findings")
 def paper_findings(ctx: StudyContext) -> None:
     """Table 4 configuration by configuration, the findings the accuracy check computes and R13/R17, each under
@@ -65,7 +134,7 @@ def paper_findings(ctx: StudyContext) -> None:
     from deepstack.accuracy.paper import paper_accuracy  # the check itself: one implementation of both
 
     result = paper_accuracy()
-    computed = stacking_findings(ctx)
+    computed = stacking_findings(ctx) + noc_findings(ctx)
     findings = [f for f in result["findings"] if f["finding"] not in {c["finding"] for c in computed}] + computed
     ctx.write_csv("points.csv", result["table4"])
     summary = result["summary"]
