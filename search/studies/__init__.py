@@ -208,7 +208,8 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     if recipe.runner not in available:
         raise UserInputError(f"{recipe_path}: runner: must be one of {', '.join(sorted(available))} "
                              f"(got {recipe.runner!r})")
-    params = {**recipe.parameters, **(recipe.quick if quick else {})}
+    # the runner's own plain copy (lists and dicts, as the file wrote them): the recipe itself is read-only
+    params = {**recipe.parameters.as_dict(), **(recipe.quick.as_dict() if quick else {})}
     if assumptions is not None:
         params["assumptions"] = assumptions
     chosen = params.get("assumptions", "default")
