@@ -40,6 +40,12 @@ def main_options(
     """
 
 
+def _bar(label: str, json_out: bool, total: int | None = None):
+    """A long command's progress bar, as optimize's: on stderr, gone when done, only on a terminal (a transient
+    bar on a pipe leaves a blank line before any error) and never with --json. Yields ``advance(done, total)``."""
+    return report.progress_bar(label, total, enabled=not json_out and sys.stderr.isatty())
+
+
 TABLE_ROWS = 100  # longer listings go to --json: a terminal table of thousands of rows helps nobody
 JsonFlag = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 # scenario flags of the search commands: each defaults to the design space's first scenario
@@ -502,11 +508,12 @@ def sweep(
 
     Example: deepstack sweep --mode exhaustive --space small --out studies/small-sweep
     """
-    result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
-                           input_len=input_len, output_len=output_len, precision=precision, space=space,
-                           workers=workers, out=out, backend=backend, scheduler=scheduler,
-                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
-                           assumptions=assumptions)
+    with _bar(f"{mode} sweep: hardware points", json_out) as advance:
+        result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
+                               input_len=input_len, output_len=output_len, precision=precision, space=space,
+                               workers=workers, out=out, backend=backend, scheduler=scheduler,
+                               prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
+                               max_temp_c=max_temp_c, assumptions=assumptions, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -587,7 +594,8 @@ def study_run(
     """
     from deepstack.search.studies import run_study
 
-    result = run_study(recipe, out, quick, assumptions)
+    with _bar(f"study {recipe.rsplit('/', 1)[-1].removesuffix('.toml')}: tasks", json_out) as advance:
+        result = run_study(recipe, out, quick, assumptions, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -659,7 +667,8 @@ def accuracy_network(
 
     Example: deepstack accuracy network --plot network-accuracy.png
     """
-    result = api.network_accuracy(plot=plot, reference=reference)
+    with _bar("accuracy network: reference rows", json_out) as advance:
+        result = api.network_accuracy(plot=plot, reference=reference, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -695,7 +704,8 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy all --json
     """
-    rows = api.accuracy_summary()
+    with _bar("accuracy: checks", json_out) as advance:
+        rows = api.accuracy_summary(progress=advance)
     if json_out:
         report.print_json(rows)
         return
@@ -714,7 +724,8 @@ def accuracy_paper(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy paper
     """
-    result = api.paper_accuracy()
+    with _bar("accuracy paper: parts", json_out) as advance:
+        result = api.paper_accuracy(progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -743,7 +754,8 @@ def accuracy_serving(
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
-    result = api.serving_accuracy(plot=plot, reference=reference)
+    with _bar("accuracy serving: reference rows", json_out) as advance:
+        result = api.serving_accuracy(plot=plot, reference=reference, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -770,7 +782,8 @@ def accuracy_kernels(
 
     Example: deepstack accuracy kernels --plot kernels-accuracy.png
     """
-    result = api.kernels_accuracy(plot=plot, reference=reference)
+    with _bar("accuracy kernels: reference rows", json_out) as advance:
+        result = api.kernels_accuracy(plot=plot, reference=reference, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -793,7 +806,8 @@ def accuracy_cross_validate(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy cross-validate
     """
-    rows = api.cross_validation()
+    with _bar("accuracy cross-validate: checks", json_out) as advance:
+        rows = api.cross_validation(progress=advance)
     if json_out:
         report.print_json(rows)
         return

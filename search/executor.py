@@ -5,6 +5,7 @@ every pool of the sweeps, the study runners and the Optuna workers.
   (:func:`local_session`), or a Dask cluster (:mod:`deepstack.search.dask_backend`). ``evaluate(chunk)`` returns
   (rows, JSON lines) and ``done(index, result)`` records each chunk as it finishes.
 * :func:`map_in_order` — ``map`` over independent tasks on forked workers (the study runners).
+* :class:`Tally` — work finished of the work planned, for a progress bar.
 * :func:`run_spawned` — processes that start from scratch (Optuna workers, each opening its own storage).
 
 Local pools fork where the platform can (:func:`fork_context`): the workers inherit the parent's warm caches.
@@ -78,13 +79,40 @@ def fork_context():
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
-def map_in_order(fn: Callable, tasks: list, workers: int) -> list:
+def map_in_order(fn: Callable, tasks: list, workers: int, done: Callable[[], None] | None = None) -> list:
     """``[fn(task) for task in tasks]``, on up to ``workers`` forked processes when there are several of both
-    (``fn`` and the tasks must pickle; results come back in the tasks' order)."""
+    (``fn`` and the tasks must pickle; results come back in the tasks' order); ``done()`` after each result."""
     if workers <= 1 or len(tasks) <= 1:
-        return [fn(task) for task in tasks]
+        return [_told(fn(task), done) for task in tasks]
     with worker_pool(min(workers, len(tasks))) as pool:
-        return list(pool.map(fn, tasks))
+        return [_told(result, done) for result in pool.map(fn, tasks)]
+
+
+def _told(result, done: Callable[[], None] | None):
+    if done is not None:
+        done()
+    return result
+
+
+class Tally:
+    """Units of work finished of those planned so far, told to ``report(done, total)`` (a progress bar) whenever
+    either changes. A run that plans later work from earlier results (a hierarchical sweep's next tier, a study's
+    next stage) adds it once it knows it, so the total may grow; ``done`` never passes it."""
+
+    def __init__(self, report: Callable[[int, int], None] | None = None):
+        self.report, self.done, self.total = report, 0, 0
+
+    def plan(self, units: int) -> None:
+        self.total += units
+        self._tell()
+
+    def finish(self, units: int = 1) -> None:
+        self.done = min(self.done + units, self.total)
+        self._tell()
+
+    def _tell(self) -> None:
+        if self.report is not None:
+            self.report(self.done, self.total)
 
 
 def run_spawned(target: Callable, args: list[tuple], progress: Callable[[], None] | None = None) -> list[int]:

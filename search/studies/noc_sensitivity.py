@@ -29,10 +29,11 @@ def noc_sensitivity(ctx: StudyContext) -> None:
             scales = tuple(float(s) if i == level else 1.0 for i in range(levels))
             sweeps.append(("bandwidth", f"L{level + 1}", s, replace(base, level_bw_scales=scales)))
     rows = []
+    unique = list(dict.fromkeys(hw for *_, hw in sweeps))
+    done = ctx.planned(len(unique) * len(ctx.param("batches")))
     for batch in ctx.param("batches"):
         sc = scenario_of(ctx, model, phase, batch)
-        unique = list(dict.fromkeys(hw for *_, hw in sweeps))
-        results = dict(zip(unique, run_tasks([PointTask(hw, sc) for hw in unique], ctx.param("workers", 1)),
+        results = dict(zip(unique, run_tasks([PointTask(hw, sc) for hw in unique], ctx.param("workers", 1), done),
                            strict=True))
         for sweep, level, scale, hw in sweeps:
             result = results[hw]

@@ -27,8 +27,9 @@ def _stacking_cells(ctx: StudyContext, assumptions: str) -> list[Cell]:
 def stacking_findings(ctx: StudyContext) -> list[dict]:
     """R13 (the best m per regime) and R17 (large-batch decode is the hottest regime, with designs above 85 °C)
     from one sweep of m = n per regime and assumption set, each point with its best schedule."""
-    rows = {name: evaluated_rows(evaluate_all(_stacking_cells(ctx, name), ctx.param("workers", 2)))
-            for name in SETS}
+    cells = {name: _stacking_cells(ctx, name) for name in SETS}
+    done = ctx.planned(sum(map(len, cells.values())))
+    rows = {name: evaluated_rows(evaluate_all(cells[name], ctx.param("workers", 2), done)) for name in SETS}
     out = []
     for (phase, batch), paper, accepted in R13:
         best = {}
@@ -64,7 +65,9 @@ def paper_findings(ctx: StudyContext) -> None:
     are always evaluated), and each paper choice put back to the default alone."""
     from deepstack.accuracy.paper import paper_accuracy  # the check itself: one implementation of both
 
+    done = ctx.planned(1)  # the accuracy check, as one task
     result = paper_accuracy()
+    done()
     computed = stacking_findings(ctx)
     findings = [f for f in result["findings"] if f["finding"] not in {c["finding"] for c in computed}] + computed
     ctx.write_csv("points.csv", result["table4"])

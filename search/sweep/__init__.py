@@ -20,6 +20,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,8 +107,10 @@ def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) ->
 
 def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
           workers: int | None = None, with_ttft: bool = False, backend: str = "local",
-          scheduler: str | None = None) -> SweepResult:
-    """Run (or resume) a sweep of ``space`` for ``scenario`` and write its files to ``out``."""
+          scheduler: str | None = None, progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Run (or resume) a sweep of ``space`` for ``scenario`` and write its files to ``out``. ``progress(done,
+    total)`` is told the hardware points finished (read back or evaluated) of those planned so far, after each
+    chunk: a hierarchical sweep plans a tier once the tier before it has ranked its points, so the total grows."""
     if mode not in MODES:
         raise UserInputError(f"--mode: must be one of {', '.join(MODES)} (got {mode!r})")
     if backend not in BACKENDS:
@@ -126,18 +129,19 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
                               "ttft": with_ttft}, sort_keys=True)
     log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
     started = log.started = time.perf_counter()
+    tally = executor.Tally(progress)
     with executor.chunk_runner(backend, workers, scheduler) as run_chunks:
         return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                            started)
+                            started, tally)
 
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                 started) -> SweepResult:
+                 started, tally) -> SweepResult:
     read_back = {}
 
     def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
         before = log.read_back
-        rows = run_tier(name, tasks(points), log, run_chunks)
+        rows = run_tier(name, tasks(points), log, run_chunks, tally)
         read_back[name] = log.read_back - before
         return rows
 

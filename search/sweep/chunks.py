@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deepstack.errors import UserInputError
+from deepstack.search.executor import Tally
 from deepstack.search.files import write_text_atomically
 from deepstack.search.sweep.points import SweepTask, evaluate_chunk
 
@@ -61,9 +62,13 @@ class ChunkLog:
             fh.write(f"{tier}-{index:05d}\n")
 
 
-def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable) -> list[dict]:
+def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable,
+             tally: Tally | None = None) -> list[dict]:
     """Evaluate a tier chunk by chunk with ``run_chunks`` (an executor's ``run(evaluate, chunks, done)``),
-    resuming finished chunks, and merge the rows in chunk order."""
+    resuming finished chunks, and merge the rows in chunk order. ``tally`` counts the tier's hardware points, each
+    chunk's as it finishes (a read-back chunk at once)."""
+    tally = tally or Tally()
+    tally.plan(len(tasks))
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: dict[int, list[dict]] = {}
@@ -76,12 +81,14 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
         else:
             results[index] = rows
             log.read_back += len(rows)
+            tally.finish(len(chunks[index]))
 
     def done(index: int, chunk: tuple[list[dict], str]) -> None:
         rows, lines = chunk
         log.save(tier, index, lines)
         results[index] = rows
         finished[index] = time.perf_counter() - log.started
+        tally.finish(len(chunks[index]))
 
     if todo:
         run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
