@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from deepstack import api, report
-from deepstack.errors import UserInputError
+from deepstack.errors import RunInterruptedError, UserInputError
 from deepstack.models import collectives, network
 
 app = typer.Typer(
@@ -504,7 +504,8 @@ def sweep(
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate a space exhaustively or hierarchically; write every point and the Pareto front. Progress is kept
-    in the output folder: re-running the same command resumes after the last finished chunk.
+    in the output folder: re-running the same command resumes after the last finished chunk. Ctrl-C (SIGINT) or
+    SIGTERM stops the sweep, says what it kept and exits with status 130.
 
     Example: deepstack sweep --mode exhaustive --space small --out studies/small-sweep
     """
@@ -829,6 +830,9 @@ def run(argv: list[str] | None = None) -> int:
         result = command.main(args=argv, prog_name="deepstack", standalone_mode=False)
     except UserInputError as exc:
         return _fail(str(exc))
+    except RunInterruptedError as exc:
+        print(f"deepstack: {exc}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

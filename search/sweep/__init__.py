@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deepstack import catalog
-from deepstack.errors import UserInputError
+from deepstack.errors import RunInterruptedError, UserInputError
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import executor
 from deepstack.search.files import check_output_folder
+from deepstack.search.interrupt import Interrupts
 from deepstack.search.objectives import score
 from deepstack.search.space import (
     HardwarePoint,
@@ -130,9 +131,20 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
     started = log.started = time.perf_counter()
     tally = executor.Tally(progress)
-    with executor.chunk_runner(backend, workers, scheduler) as run_chunks:
-        return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                            started, tally)
+    # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;
+    # every finished chunk stays in <out>/chunks/ for the re-run to read back
+    with Interrupts() as stops:
+        log.shelter = stops.deferred
+        try:
+            with stops.evaluating(), executor.chunk_runner(backend, workers, scheduler) as run_chunks:
+                return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
+                                    run_chunks, started, tally)
+        except KeyboardInterrupt:
+            chunks = log.finished()
+            raise RunInterruptedError(
+                f"interrupted by {stops.name or 'SIGINT'}: {chunks:,} finished chunk{'s' * (chunks != 1)} "
+                f"({tally.done:,} hardware points) kept in {log.folder}/; re-run the same command to resume after "
+                f"{'them' if chunks != 1 else 'it'}") from None
 
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,

@@ -3,6 +3,7 @@ finished ones that lets a re-run resume."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -34,6 +35,7 @@ class ChunkLog:
         # None when it was read back from an earlier run] (for ``compare``'s front at equal wall time)
         self.timeline: list[list] = []
         self.read_back = 0  # rows of chunks finished by an earlier run and read back, not evaluated by this one
+        self.shelter: Callable = contextlib.nullcontext  # a span no signal cuts (Interrupts.deferred) for save
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
         stamp = out / "sweep.json"
@@ -56,10 +58,15 @@ class ChunkLog:
 
     def save(self, tier: str, index: int, lines: str) -> None:
         """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`). Atomic: a killed sweep
-        leaves either the whole chunk or none of it."""
-        write_text_atomically(self.path(tier, index), lines)
-        with open(self.folder / "evaluated.log", "a") as fh:
-            fh.write(f"{tier}-{index:05d}\n")
+        leaves either the whole chunk or none of it; an interrupted one, the chunk and its line in the log."""
+        with self.shelter():
+            write_text_atomically(self.path(tier, index), lines)
+            with open(self.folder / "evaluated.log", "a") as fh:
+                fh.write(f"{tier}-{index:05d}\n")
+
+    def finished(self) -> int:
+        """Chunks finished so far, by this run or an earlier one."""
+        return sum(1 for _ in self.folder.glob("*.jsonl"))
 
 
 def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable,
