@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -40,10 +41,11 @@ def main_options(
     """
 
 
-def _bar(label: str, json_out: bool, total: int | None = None):
+def _bar(label: str, json_out: bool):
     """A long command's progress bar, as optimize's: on stderr, gone when done, only on a terminal (a transient
-    bar on a pipe leaves a blank line before any error) and never with --json. Yields ``advance(done, total)``."""
-    return report.progress_bar(label, total, enabled=not json_out and sys.stderr.isatty())
+    bar on a pipe leaves a blank line before any error) and never with --json. Yields ``advance(done, total)``
+    (the total is the command's to tell)."""
+    return report.progress_bar(label, None, enabled=not json_out and sys.stderr.isatty())
 
 
 TABLE_ROWS = 100  # longer listings go to --json: a terminal table of thousands of rows helps nobody
@@ -595,7 +597,7 @@ def study_run(
     """
     from deepstack.search.studies import run_study
 
-    with _bar(f"study {recipe.rsplit('/', 1)[-1].removesuffix('.toml')}: tasks", json_out) as advance:
+    with _bar(f"study {Path(recipe).stem}: tasks", json_out) as advance:
         result = run_study(recipe, out, quick, assumptions, progress=advance)
     if json_out:
         report.print_json(result)

@@ -15,6 +15,7 @@ from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.schema import DesignSpace, Scenario
+from deepstack.schema.loader import SUFFIXES
 from deepstack.search import pareto
 from deepstack.search.front_design import enrich
 from deepstack.search.objectives import OBJECTIVES
@@ -41,7 +42,7 @@ def named_nocs(rows: list[dict]) -> tuple[list[dict], dict[str, dict]]:
     """The front rows with each NoC file named as the catalog names its presets, by the file's stem (as the design
     ids do), instead of its path; and those NoCs' definitions, which pareto.json carries so that ``evaluate
     --front`` rebuilds a row wherever the file has gone. Two files of one stem keep their paths."""
-    files = {r["noc"] for r in rows if str(r["noc"]).endswith((".toml", ".yaml", ".yml", ".json"))}
+    files = {r["noc"] for r in rows if str(r["noc"]).lower().endswith(SUFFIXES)}
     stems = Counter(Path(f).stem for f in files)
     names = {f: Path(f).stem for f in files if stems[Path(f).stem] == 1}
     definitions = {names[f]: catalog.load("nocs", f).model_dump(mode="json") for f in sorted(names)}
