@@ -155,18 +155,19 @@ def collective_time(op: str, bytes_per_rank: float, groups, topology, algorithm:
 
 def sweep(*, scenario: Scenario, space: str | None = None, objectives: list[str] | tuple[str, ...] = ("stps",),
           mode: str = "hierarchical", out: str = "studies/sweep", workers: int | None = None,
-          with_ttft: bool = False, backend: str = "local", scheduler: str | None = None):
+          with_ttft: bool = False, backend: str = "local", scheduler: str | None = None, progress=None):
     """Sweep a design space (a preset name or file; the default space when None) for ``scenario``.
 
     ``mode`` "hierarchical" (paper §4.2.3: the top 5 % of each tier advance) or "exhaustive"; ``objectives``
     the metrics of the Pareto front; results are written under ``out`` (points.csv, pareto.csv,
     summary.json). ``backend`` "local" (a process pool of ``workers``) or "dask" (``scheduler`` address; needs
-    the ``[dask]`` extra). Returns the sweep result (evaluations, Pareto front, wall time, files).
+    the ``[dask]`` extra); ``progress(done, total)``, when given, is told the hardware points finished after each
+    chunk. Returns the sweep result (evaluations, Pareto front, wall time, files).
     """
     from deepstack.search.sweep import sweep as run
 
     return run(mode=mode, space=space, scenario=scenario, objectives=list(objectives), out=out, workers=workers,
-               with_ttft=with_ttft, backend=backend, scheduler=scheduler)
+               with_ttft=with_ttft, backend=backend, scheduler=scheduler, progress=progress)
 
 
 def optimize(*, objectives: list[str] | tuple[str, ...] = ("stps", "tokens_per_joule"),

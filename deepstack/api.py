@@ -403,7 +403,10 @@ def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None
               input_len: int | None, output_len: int | None, precision: str | None, space: str | None,
               workers: int | None, out: str | None, backend: str = "local",
               scheduler: str | None = None, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
-              max_temp_c: float | None = None, assumptions: str | None = None) -> dict[str, Any]:
+              max_temp_c: float | None = None, assumptions: str | None = None, progress=None) -> dict[str, Any]:
+    """Run (or resume) a sweep (``deepstack sweep``); ``progress(done, total)``, when given, is told the hardware
+    points finished of those planned so far after each chunk (the total grows as a hierarchical sweep plans its
+    next tier)."""
     from deepstack.search import optimize as opt
     from deepstack.search import sweep as sw
 
@@ -414,7 +417,8 @@ def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None
     _check_cooling(space, scenario)
     folder = out or f"studies/sweep-{mode}"
     result = sw.sweep(mode=mode, space=space, scenario=scenario, objectives=objectives, out=folder,
-                      workers=workers, with_ttft="ttft" in objectives, backend=backend, scheduler=scheduler)
+                      workers=workers, with_ttft="ttft" in objectives, backend=backend, scheduler=scheduler,
+                      progress=progress)
     return {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
             "evaluated_now": result.evaluations - result.read_back, "read_back": result.read_back,
             "wall_s": result.wall_s, "out": result.out, "objectives": result.objectives, "tiers": result.tiers,
@@ -438,14 +442,14 @@ def run_compare(*, study: str, storage: str | None, sweep_dir: str) -> dict[str,
     return compare(study=study, storage=storage or f"sqlite:///studies/{study}.db", sweep_dir=sweep_dir)
 
 
-def network_accuracy(*, plot: str | None = None, reference: str | None = None) -> dict[str, Any]:
+def network_accuracy(*, plot: str | None = None, reference: str | None = None, progress=None) -> dict[str, Any]:
     """The network model against the packet-level reference (``validation/ns3_collectives.csv``, or the file
     ``reference`` in its format); with ``plot``, also a PNG of every panel written there (its folder must
-    exist)."""
+    exist). ``progress(done, total)``, when given, is told after each reference row (so are the other checks')."""
     from deepstack.accuracy import network as accuracy
 
     _check_plot_folder(plot)
-    result = accuracy.network_accuracy(_reference_file(reference))
+    result = accuracy.network_accuracy(_reference_file(reference), progress)
     return _with_plot(result.as_dict(), plot, lambda path: accuracy.plot(result, path))
 
 
@@ -478,19 +482,28 @@ def _with_plot(data: dict[str, Any], plot: str | None, draw) -> dict[str, Any]:
     return data
 
 
-def accuracy_summary() -> list[dict[str, Any]]:
-    """One row per check and family: weighted and median error, rows scored, rows the model failed on."""
+def accuracy_summary(progress=None) -> list[dict[str, Any]]:
+    """One row per check and family: weighted and median error, rows scored, rows the model failed on;
+    ``progress(done, total)`` after each of the four checks."""
+    from deepstack.accuracy.files import each
+
+    parts = (_network_summary, _serving_summary, _kernels_summary, _paper_summary)
+    return [row for rows in each(lambda part: part(), parts, progress) for row in rows]
+
+
+def _network_summary() -> list[dict[str, Any]]:
+    """The network check's rows of ``accuracy all``: weighted and median error per topology family."""
     network = network_accuracy()
     return [{"check": "network", "family": family, **score, "failures": len(network["failures"])}
-            for family, score in network["families"].items()] + _serving_summary() + _kernels_summary() + \
-        _paper_summary()
+            for family, score in network["families"].items()]
 
 
-def paper_accuracy() -> dict[str, Any]:
-    """The paper's Table 4 and findings under both assumption sets (``deepstack accuracy paper``)."""
+def paper_accuracy(progress=None) -> dict[str, Any]:
+    """The paper's Table 4 and findings under both assumption sets (``deepstack accuracy paper``);
+    ``progress(done, total)`` after each of its three parts."""
     from deepstack.accuracy.paper import paper_accuracy as check
 
-    return check()
+    return check(progress)
 
 
 def _paper_summary() -> list[dict[str, Any]]:
@@ -511,22 +524,24 @@ def _serving_summary() -> list[dict[str, Any]]:
             for key, score in scores.items() if " " in key or key in ("graphs", "eager")]
 
 
-def serving_accuracy(*, plot: str | None = None, reference: str | None = None) -> dict[str, Any]:
+def serving_accuracy(*, plot: str | None = None, reference: str | None = None, progress=None) -> dict[str, Any]:
     """The GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``, or the file
     ``reference`` in its format: any catalog GPU system and model); with ``plot``, also a PNG of predicted vs
     measured throughput written there (its folder must exist)."""
     from deepstack.accuracy import serving
 
     _check_plot_folder(plot)
-    data = serving.serving_accuracy(_reference_file(reference))
+    data = serving.serving_accuracy(_reference_file(reference), progress)
     return _with_plot(data, plot, lambda path: serving.plot(data, path))
 
 
-def cross_validation() -> list[dict[str, Any]]:
-    """Every registered generalisation check (deepstack.accuracy.CROSS_VALIDATIONS), rows of plain data."""
+def cross_validation(progress=None) -> list[dict[str, Any]]:
+    """Every registered generalisation check (deepstack.accuracy.CROSS_VALIDATIONS), rows of plain data;
+    ``progress(done, total)`` after each check."""
     from deepstack.accuracy import CROSS_VALIDATIONS
+    from deepstack.accuracy.files import each
 
-    return [row for _, check in CROSS_VALIDATIONS for row in check()]
+    return [row for rows in each(lambda entry: entry[1](), CROSS_VALIDATIONS, progress) for row in rows]
 
 
 def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | None = None,
@@ -541,14 +556,14 @@ def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | 
     return {"system": system, **result.as_dict(), "dtype": dtype}
 
 
-def kernels_accuracy(*, plot: str | None = None, reference: str | None = None) -> dict[str, Any]:
+def kernels_accuracy(*, plot: str | None = None, reference: str | None = None, progress=None) -> dict[str, Any]:
     """The distributed-kernel model against measurements on 8×H100 (``validation/h100_kernels.csv``, or the file
     ``reference`` in its format); with ``plot``, also a PNG of predicted vs measured time written there (its
     folder must exist)."""
     from deepstack.accuracy import kernels
 
     _check_plot_folder(plot)
-    result = kernels.kernel_accuracy(path=_reference_file(reference))
+    result = kernels.kernel_accuracy(path=_reference_file(reference), progress=progress)
     return _with_plot(result.as_dict(), plot, lambda path: kernels.plot(result, path))
 
 

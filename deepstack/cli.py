@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from deepstack import api, report
-from deepstack.errors import UserInputError
+from deepstack.errors import RunInterruptedError, UserInputError
 from deepstack.models import collectives, network
 
 app = typer.Typer(
@@ -38,6 +39,13 @@ def main_options(
 
     Example: deepstack catalog llms
     """
+
+
+def _bar(label: str, json_out: bool):
+    """A long command's progress bar, as optimize's: on stderr, gone when done, only on a terminal (a transient
+    bar on a pipe leaves a blank line before any error) and never with --json. Yields ``advance(done, total)``
+    (the total is the command's to tell)."""
+    return report.progress_bar(label, None, enabled=not json_out and sys.stderr.isatty())
 
 
 TABLE_ROWS = 100  # longer listings go to --json: a terminal table of thousands of rows helps nobody
@@ -506,15 +514,17 @@ def sweep(
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate a space exhaustively or hierarchically; write every point and the Pareto front. Progress is kept
-    in the output folder: re-running the same command resumes after the last finished chunk.
+    in the output folder: re-running the same command resumes after the last finished chunk. Ctrl-C (SIGINT) or
+    SIGTERM stops the sweep, says what it kept and exits with status 130.
 
     Example: deepstack sweep --mode exhaustive --space small --out studies/small-sweep
     """
-    result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
-                           input_len=input_len, output_len=output_len, precision=precision, space=space,
-                           workers=workers, out=out, backend=backend, scheduler=scheduler,
-                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
-                           assumptions=assumptions)
+    with _bar(f"{mode} sweep: hardware points", json_out) as advance:
+        result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
+                               input_len=input_len, output_len=output_len, precision=precision, space=space,
+                               workers=workers, out=out, backend=backend, scheduler=scheduler,
+                               prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
+                               max_temp_c=max_temp_c, assumptions=assumptions, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -595,7 +605,8 @@ def study_run(
     """
     from deepstack.search.studies import run_study
 
-    result = run_study(recipe, out, quick, assumptions)
+    with _bar(f"study {Path(recipe).stem}: tasks", json_out) as advance:
+        result = run_study(recipe, out, quick, assumptions, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -667,7 +678,8 @@ def accuracy_network(
 
     Example: deepstack accuracy network --plot network-accuracy.png
     """
-    result = api.network_accuracy(plot=plot, reference=reference)
+    with _bar("accuracy network: reference rows", json_out) as advance:
+        result = api.network_accuracy(plot=plot, reference=reference, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -703,7 +715,8 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy all --json
     """
-    rows = api.accuracy_summary()
+    with _bar("accuracy: checks", json_out) as advance:
+        rows = api.accuracy_summary(progress=advance)
     if json_out:
         report.print_json(rows)
         return
@@ -722,7 +735,8 @@ def accuracy_paper(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy paper
     """
-    result = api.paper_accuracy()
+    with _bar("accuracy paper: parts", json_out) as advance:
+        result = api.paper_accuracy(progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -751,7 +765,8 @@ def accuracy_serving(
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
-    result = api.serving_accuracy(plot=plot, reference=reference)
+    with _bar("accuracy serving: reference rows", json_out) as advance:
+        result = api.serving_accuracy(plot=plot, reference=reference, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -778,7 +793,8 @@ def accuracy_kernels(
 
     Example: deepstack accuracy kernels --plot kernels-accuracy.png
     """
-    result = api.kernels_accuracy(plot=plot, reference=reference)
+    with _bar("accuracy kernels: reference rows", json_out) as advance:
+        result = api.kernels_accuracy(plot=plot, reference=reference, progress=advance)
     if json_out:
         report.print_json(result)
         return
@@ -801,7 +817,8 @@ def accuracy_cross_validate(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy cross-validate
     """
-    rows = api.cross_validation()
+    with _bar("accuracy cross-validate: checks", json_out) as advance:
+        rows = api.cross_validation(progress=advance)
     if json_out:
         report.print_json(rows)
         return
@@ -823,6 +840,9 @@ def run(argv: list[str] | None = None) -> int:
         result = command.main(args=argv, prog_name="deepstack", standalone_mode=False)
     except UserInputError as exc:
         return _fail(str(exc))
+    except RunInterruptedError as exc:
+        print(f"deepstack: {exc}", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

@@ -20,3 +20,11 @@ class UserInputError(DeepStackError):
 
 class InfeasibleError(UserInputError):
     """A well-formed request that no design can satisfy (memory does not fit, no valid schedule, ...)."""
+
+
+class RunInterruptedError(DeepStackError):
+    """A run ended by SIGINT or SIGTERM after keeping what it had finished. The message says what was kept, where,
+    and how to go on, on one line; the CLI prints it on stderr and exits with status 130."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))

@@ -144,9 +144,11 @@ def evaluation(result: dict[str, Any]) -> None:
 
 
 @contextlib.contextmanager
-def progress_bar(label: str, total: int, enabled: bool = True):
-    """A rich progress bar; yields ``advance(done, total)``. Silent when disabled (e.g. --json)."""
-    if not enabled or total <= 0:
+def progress_bar(label: str, total: int | None, enabled: bool = True):
+    """A rich progress bar on stderr, gone when it ends; yields ``advance(done, total)``. Silent when disabled
+    (e.g. --json). ``total`` None: not known until the first ``advance``; each ``advance`` may raise it (a run
+    that plans its later work from its earlier results)."""
+    if not enabled or (total is not None and total <= 0):
         yield lambda done, total: None
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -154,7 +156,7 @@ def progress_bar(label: str, total: int, enabled: bool = True):
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda done, total: bar.update(task, completed=min(done, total))
+        yield lambda done, total: bar.update(task, total=total, completed=min(done, total))
 
 
 def pareto(result: dict[str, Any]) -> None:

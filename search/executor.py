@@ -5,6 +5,7 @@ every pool of the sweeps, the study runners and the Optuna workers.
   (:func:`local_session`), or a Dask cluster (:mod:`deepstack.search.dask_backend`). ``evaluate(chunk)`` returns
   (rows, JSON lines) and ``done(index, result)`` records each chunk as it finishes.
 * :func:`map_in_order` — ``map`` over independent tasks on forked workers (the study runners).
+* :class:`Tally` — work finished of the work planned, for a progress bar.
 * :func:`run_spawned` — processes that start from scratch (Optuna workers, each opening its own storage).
 
 Local pools fork where the platform can (:func:`fork_context`): the workers inherit the parent's warm caches.
@@ -39,10 +40,11 @@ WATCHDOG_S = 1.0  # where prctl is missing, a worker checks this often whether i
 def die_with_parent(parent: int) -> None:
     """Make this (worker) process end when the process ``parent`` ends, however it ends (SIGKILL included).
 
-    On Linux the kernel does it: prctl(PR_SET_PDEATHSIG, SIGTERM) (its default action ends the process; a worker
-    that handles SIGTERM ends through its handler). Elsewhere a daemon thread polls ``os.getppid()``, which
-    changes once the parent is gone. A parent that died before this call is caught by checking ``os.getppid()``
-    after setting the signal up."""
+    On Linux the kernel does it: prctl(PR_SET_PDEATHSIG, SIGTERM), whose default action ends the process (given
+    back first: a worker forked while its parent held search/interrupt.py's handler would only note the signal).
+    Elsewhere a daemon thread polls ``os.getppid()``, which changes once the parent is gone. A parent that died
+    before this call is caught by checking ``os.getppid()`` after setting the signal up."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     armed = False
     if sys.platform.startswith("linux"):
         try:
@@ -67,10 +69,30 @@ def _run_guarded(parent: int, target: Callable, *args) -> None:
     target(*args)
 
 
-def worker_pool(workers: int) -> ProcessPoolExecutor:
-    """A local process pool (forked where possible) whose workers end with this process."""
-    return ProcessPoolExecutor(workers, mp_context=fork_context(), initializer=die_with_parent,
+def worker_pool(workers: int, parent_handles_sigint: bool = False) -> ProcessPoolExecutor:
+    """A local process pool (forked where possible) whose workers end with this process. With
+    ``parent_handles_sigint`` its workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and
+    the parent (search/interrupt.py) ends them itself, where a worker hit between two tasks would print a
+    traceback."""
+    return ProcessPoolExecutor(workers, mp_context=fork_context(),
+                               initializer=_sigint_ignored if parent_handles_sigint else die_with_parent,
                                initargs=(os.getpid(),))
+
+
+def _sigint_ignored(parent: int) -> None:
+    die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _end_now(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers at once instead of waiting for the chunks they run (shutdown's way): an interrupted run
+    throws those away. Python 3.14's ``terminate_workers()``; before it, the pool's own table of its processes."""
+    if hasattr(pool, "terminate_workers"):
+        pool.terminate_workers()
+        return
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def fork_context():
@@ -78,13 +100,40 @@ def fork_context():
     return multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
 
 
-def map_in_order(fn: Callable, tasks: list, workers: int) -> list:
+def map_in_order(fn: Callable, tasks: list, workers: int, done: Callable[[], None] | None = None) -> list:
     """``[fn(task) for task in tasks]``, on up to ``workers`` forked processes when there are several of both
-    (``fn`` and the tasks must pickle; results come back in the tasks' order)."""
+    (``fn`` and the tasks must pickle; results come back in the tasks' order); ``done()`` after each result."""
     if workers <= 1 or len(tasks) <= 1:
-        return [fn(task) for task in tasks]
+        return [_told(fn(task), done) for task in tasks]
     with worker_pool(min(workers, len(tasks))) as pool:
-        return list(pool.map(fn, tasks))
+        return [_told(result, done) for result in pool.map(fn, tasks)]
+
+
+def _told(result, done: Callable[[], None] | None):
+    if done is not None:
+        done()
+    return result
+
+
+class Tally:
+    """Units of work finished of those planned so far, told to ``report(done, total)`` (a progress bar) whenever
+    either changes. A run that plans later work from earlier results (a hierarchical sweep's next tier, a study's
+    next stage) adds it once it knows it, so the total may grow; ``done`` never passes it."""
+
+    def __init__(self, report: Callable[[int, int], None] | None = None):
+        self.report, self.done, self.total = report, 0, 0
+
+    def plan(self, units: int) -> None:
+        self.total += units
+        self._tell()
+
+    def finish(self, units: int = 1) -> None:
+        self.done = min(self.done + units, self.total)
+        self._tell()
+
+    def _tell(self) -> None:
+        if self.report is not None:
+            self.report(self.done, self.total)
 
 
 def run_spawned(target: Callable, args: list[tuple], progress: Callable[[], None] | None = None) -> list[int]:
@@ -169,7 +218,7 @@ def local_session(workers: int) -> Iterator[Callable]:
             if not chunks:
                 return
             gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
-            pools.extend(worker_pool(1) for _ in range(workers))
+            pools.extend(worker_pool(1, parent_handles_sigint=True) for _ in range(workers))
         share = math.ceil(len(chunks) / workers)
         blocks = [collections.deque(chunks[i:i + share]) for i in range(0, len(chunks), share)]
         blocks += [collections.deque() for _ in range(workers - len(blocks))]
@@ -192,15 +241,20 @@ def local_session(workers: int) -> Iterator[Callable]:
                 index, chunk = block.popleft() if block is own else block.pop()
                 running[pools[worker].submit(frozen_after, evaluate, chunk)] = (worker, index)
 
-        for _ in range(IN_FLIGHT):
-            for worker in range(workers):
-                submit(worker)
-        while running:
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                worker, index = running.pop(future)
-                submit(worker)  # before recording this one
-                done(index, future.result())
+        try:
+            for _ in range(IN_FLIGHT):
+                for worker in range(workers):
+                    submit(worker)
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    worker, index = running.pop(future)
+                    submit(worker)  # before recording this one
+                    done(index, future.result())
+        except BaseException:  # interrupted (or a chunk failed): the session ends, its workers at once
+            for pool in pools:
+                _end_now(pool)
+            raise
 
     try:
         yield run

@@ -13,7 +13,7 @@ from pathlib import Path
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.models.design import DesignPoint
-from deepstack.schema import Scenario, Schedule
+from deepstack.schema import Network, Scenario, Schedule
 from deepstack.schema.space import SramOption
 from deepstack.search.space import scaled_network
 
@@ -48,14 +48,16 @@ def sram_option(options: dict, name: str) -> SramOption | None:
     return None if plain else option
 
 
-def design_point_of(scenario: Scenario, options: dict, row: dict) -> DesignPoint:
-    """The design point of a front row (its hardware axes and schedule) for ``scenario``."""
+def design_point_of(scenario: Scenario, options: dict, row: dict, nocs: dict | None = None) -> DesignPoint:
+    """The design point of a front row (its hardware axes and schedule) for ``scenario``; ``nocs``: the
+    definitions a front file carries of the NoCs its rows name (NoC files, not catalog presets)."""
     bws = row.get("level_bw_scales") or []
     if isinstance(bws, str):
         bws = json.loads(bws)
+    noc = Network.model_validate(nocs[row["noc"]]) if row["noc"] in (nocs or {}) else row["noc"]
     return DesignPoint(chip=catalog.load("chips", row["chip"]), scenario=scenario,
                        schedule=Schedule.parse(row["schedule"]),
-                       network=scaled_network(row["noc"], float(row["hop_latency_scale"]), tuple(map(float, bws))),
+                       network=scaled_network(noc, float(row["hop_latency_scale"]), tuple(map(float, bws))),
                        stacked_layers=_int(row.get("stacked_layers")),
                        connected_layers=_int(row.get("connected_layers")),
                        sram=sram_option(options, row["sram"]))
@@ -127,4 +129,4 @@ def front_design(path: str, wanted: str) -> tuple[DesignPoint, dict]:
     shown, other = found
     row = shown if other is shown else {**{k: v for k, v in shown.items() if k != "equivalent"}, **other}
     scenario = Scenario.model_validate(data["scenario"])
-    return design_point_of(scenario, data.get("sram_options", {}), row), row
+    return design_point_of(scenario, data.get("sram_options", {}), row, data.get("nocs")), row

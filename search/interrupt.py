@@ -3,7 +3,8 @@
 :class:`Interrupts` replaces both handlers while a run lasts. A signal that arrives while the run evaluates (inside
 :meth:`Interrupts.evaluating`) stops the evaluation at once (``KeyboardInterrupt`` there, which the run turns into
 "the batch was interrupted"); one that arrives while the run talks to its storage only sets :attr:`signal`, so a
-commit is never cut in half, and the run stops at its next check. The previous handlers come back afterwards.
+commit is never cut in half, and the run stops at its next check (or, inside :meth:`Interrupts.deferred`, as soon
+as the write is done). The previous handlers come back afterwards.
 """
 
 from __future__ import annotations
@@ -55,6 +56,19 @@ class Interrupts:
             yield
         finally:
             self._evaluating = False
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Inside :meth:`evaluating`, a span a signal never cuts (a finished result being written): a signal that
+        arrives in it raises KeyboardInterrupt once the span has ended."""
+        outer, self._evaluating = self._evaluating, False
+        try:
+            yield
+        finally:
+            self._evaluating = outer
+        if outer and self.signal is not None:
+            self._evaluating = False
+            raise KeyboardInterrupt
 
     @property
     def name(self) -> str:

@@ -124,9 +124,10 @@ def with_level_bw(point: HardwarePoint, scales: tuple[float, ...]) -> HardwarePo
 
 
 @memo.cached(maxsize=4096)
-def scaled_network(noc: str, hop_latency_scale: float, level_bw_scales: tuple[float, ...]) -> Network:
-    """A catalog NoC with every hop latency and each level's link bandwidth scaled."""
-    base = catalog.load("nocs", noc)
+def scaled_network(noc: str | Network, hop_latency_scale: float, level_bw_scales: tuple[float, ...]) -> Network:
+    """A catalog NoC (by name or file, or one already loaded) with every hop latency and each level's link
+    bandwidth scaled."""
+    base = noc if isinstance(noc, Network) else catalog.load("nocs", noc)
     scales = level_bw_scales or (1.0,) * len(base.levels)
     if len(scales) != len(base.levels):
         raise UserInputError(f"level bandwidth scales: {noc} has {len(base.levels)} levels, got {len(scales)}")
@@ -135,7 +136,7 @@ def scaled_network(noc: str, hop_latency_scale: float, level_bw_scales: tuple[fl
                    for level, s in zip(base.levels, scales, strict=True))
     if hop_latency_scale == 1.0 and all(s == 1.0 for s in scales):
         return base
-    return base.model_copy(update={"levels": levels, "name": f"{noc}*"})
+    return base.model_copy(update={"levels": levels, "name": f"{base.name if isinstance(noc, Network) else noc}*"})
 
 
 def design_point(space: DesignSpace, hw: HardwarePoint, scenario: Scenario,

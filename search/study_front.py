@@ -56,7 +56,7 @@ SAME_DESIGN = ("id", "command", "trial", "equivalent")  # what an equivalent des
 def one_per_objective_vector(rows: list[dict], objectives: list[str]) -> list[dict]:
     """One front row per objective vector: designs that reach exactly the same objectives (e.g. differing only
     in a link level their schedule never uses) are listed under the first one's ``equivalent``, each as its id,
-    trial and the fields where it differs from that row (``evaluate --design`` takes their ids too)."""
+    trial (a study's) and the fields where it differs from that row (``evaluate --design`` takes their ids too)."""
     out: list[dict] = []
     first: dict[tuple, dict] = {}
     for row in rows:
@@ -67,7 +67,8 @@ def one_per_objective_vector(rows: list[dict], objectives: list[str]) -> list[di
             continue
         shown = first[key]
         differs = {k: v for k, v in row.items() if k not in SAME_DESIGN and shown.get(k) != v}
-        shown.setdefault("equivalent", []).append({"id": row.get("id"), "trial": row.get("trial"), **differs})
+        trial = {"trial": row["trial"]} if "trial" in row else {}  # a sweep's rows come from no trial
+        shown.setdefault("equivalent", []).append({"id": row.get("id"), **trial, **differs})
     return out
 
 

@@ -1,5 +1,6 @@
-"""Inputs are truly immutable (issue 29, item 7): a schedule's collectives table, FrozenMap, the catalog's loads
-and the memo layer's keys. Each way in that once let an edited input return a stale memoised result is closed."""
+"""Inputs are truly immutable (issue 29, item 7): a schedule's collectives table, FrozenMap, a study recipe's
+parameters, the catalog's loads and the memo layer's keys. Each way in that once let an edited input return a
+stale memoised result is closed."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from deepstack.models.evaluate import evaluate
 from deepstack.schema import FrozenMap, Scenario, Schedule
 
 MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
+STUDIES = Path(__file__).resolve().parent.parent / "studies"
 
 
 def _point(schedule: Schedule) -> DesignPoint:
@@ -94,6 +96,32 @@ def test_the_report_and_the_schedule_share_one_frozen_map_type():
     report = evaluate(_point(Schedule.parse("tp=8,all_reduce=ring")), with_ttft=False)
     with pytest.raises(TypeError):
         report.schedule.collectives["all_reduce"] = "double_tree"
+
+
+# --- a study recipe ---------------------------------------------------------------------------------------------
+
+
+def test_a_loaded_recipes_parameters_cannot_be_edited_and_dump_as_plain_data():
+    from deepstack.schema import load_file
+
+    recipe = load_file(STUDIES / "dram-layers.toml", expected_kind="study")
+    with pytest.raises(TypeError):
+        recipe.parameters["x"] = 1
+    with pytest.raises(TypeError):
+        recipe.quick["m_values"] = [1]
+    with pytest.raises(AttributeError):
+        recipe.parameters["m_values"].append(17)  # nested arrays are tuples
+    assert isinstance(recipe.parameters, FrozenMap) and hash(recipe) == hash(recipe)
+    dumped = recipe.model_dump()
+    assert isinstance(dumped["parameters"], dict) and isinstance(dumped["parameters"]["m_values"], list)
+    assert json.loads(recipe.model_dump_json())["quick"]["m_values"] == [1, 4, 8, 16]
+
+
+def test_a_study_still_runs_from_its_frozen_recipe(cli, tmp_path):
+    result = cli("study", "run", str(STUDIES / "dram-layers.toml"), "--quick", "--out", str(tmp_path), "--json")
+    assert result.code == 0, result.err
+    record = json.loads((tmp_path / "run.json").read_text())
+    assert record["parameters"]["m_values"] == [1, 4, 8, 16]  # the quick table over the parameters, as plain JSON
 
 
 # --- the catalog's loads ---------------------------------------------------------------------------------------

@@ -241,11 +241,19 @@ def test_r19_r20_are_computed_from_the_noc_sweep_under_both_sets():
     the nominal point's STPS with a verdict that follows the 5-point rule."""
     from deepstack.search.studies.paper_findings import NOC_POINTS, noc_findings
 
-    class Quick:  # the study context's parameters: batch 4 only
+    class Quick:  # the study context: batch 4 only, progress counted
+        finished = 0
+
         def param(self, key, default=None):
             return {"noc_batches": [4], "workers": 1}.get(key, default)
 
-    rows = noc_findings(Quick())
+        def planned(self, tasks):
+            self.tasks = tasks
+            return lambda: setattr(self, "finished", self.finished + 1)
+
+    ctx = Quick()
+    rows = noc_findings(ctx)
+    assert ctx.finished == ctx.tasks == 2 * 9  # both sets, the 9 distinct hardware points
     sms = rows[0]
     assert sms["paper_set"] == sms["default_set"] == "9 / 8 / 5" and sms["verdict"] == "holds"
     effects = [r for r in rows if r["finding"] == "R19" and isinstance(r["paper"], float)]

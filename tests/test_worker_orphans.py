@@ -1,10 +1,13 @@
 """No worker outlives its parent (issue 20, "Interruptions"): a real `deepstack sweep` with two local workers is
 SIGKILLed (no handler can run), and its workers must leave the process table on their own (search/executor.py:
-prctl(PR_SET_PDEATHSIG) in each worker, a getppid() watchdog where prctl is missing). Waiting is done by polling
-the process table against a deadline, never by a fixed sleep."""
+prctl(PR_SET_PDEATHSIG) in each worker, a getppid() watchdog where prctl is missing). A sweep interrupted by
+SIGINT or SIGTERM (issue 29) ends its workers itself, says in one line what it kept and where, and the same command
+again finishes it. Waiting is done by polling the process table or the chunk folder against a deadline, never by a
+fixed sleep."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import signal
@@ -14,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_space
+from conftest import run_in_process, write_space
 
 from deepstack.search import executor
 
@@ -102,3 +105,57 @@ def test_spawned_workers_are_guarded_too(tmp_path):
     out = tmp_path / "ppid"
     assert executor.run_spawned(_report_parent, [(str(out),)]) == [0]
     assert int(out.read_text()) == os.getpid()
+
+
+# --- Ctrl-C (SIGINT) or SIGTERM: a word on what was kept, no stray worker, and a re-run that finishes ------------
+
+SMALL_SWEEP = ("sweep", "--mode", "hierarchical", "--space", "small")
+
+
+def _front_rows(folder: Path) -> list[dict]:
+    """pareto.csv's rows without the command column (it names the folder's own file)."""
+    with open(folder / "pareto.csv", newline="") as fh:
+        return [{k: v for k, v in row.items() if k != "command"} for row in csv.DictReader(fh)]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("uninterrupted") / "out"
+    done = run_in_process(*SMALL_SWEEP, "--out", str(out), "--json", cwd=out.parent)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_sweep_says_what_it_kept_and_a_rerun_finishes_it(tmp_path, sig, uninterrupted):
+    """A real `deepstack sweep` (two local workers) gets the signal once a chunk is written and both workers are
+    up: exit 130, one line on stderr naming the chunks folder and the re-run, its workers gone; the same command
+    again reads those chunks back and ends with the uninterrupted run's front."""
+    exe = Path(sys.executable).parent / "deepstack"
+    args = [str(exe) if exe.exists() else shutil.which("deepstack"), *SMALL_SWEEP, "--out", "out"]
+    chunks = tmp_path / "out" / "chunks"
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        workers = _poll(lambda: any(chunks.glob("*.jsonl")) and len(c := _children(proc.pid)) >= 2 and c,
+                        "a finished chunk and the sweep's two workers")
+        assert proc.poll() is None, "the sweep finished before it could be interrupted"
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-2000:]
+    assert not out and len(err.splitlines()) == 1, err
+    kept = len(list(chunks.glob("*.jsonl")))
+    name = signal.Signals(sig).name
+    assert err.startswith(f"deepstack: interrupted by {name}: {kept} finished chunk"), err
+    assert "out/chunks/" in err and "re-run the same command" in err, err
+    assert not (tmp_path / "out" / "summary.json").exists(), "interrupted after the sweep had finished"
+    _poll(lambda: not any(_alive(pid) for pid in workers), f"workers {sorted(workers)} to end")
+
+    again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "more read back" in again.stdout  # the kept chunks were not evaluated again
+    assert _front_rows(tmp_path / "out") == _front_rows(uninterrupted)

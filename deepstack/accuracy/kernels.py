@@ -29,7 +29,7 @@ from typing import Any
 
 import deepstack
 from deepstack import catalog
-from deepstack.accuracy.files import read_csv
+from deepstack.accuracy.files import each, read_csv
 from deepstack.accuracy.network import weighted_error_pct
 from deepstack.errors import UserInputError
 from deepstack.models.kernels import DEFAULT_CONSTANTS, KernelConstants, kernel_time, parse_tile
@@ -162,11 +162,11 @@ def _evaluate(row: dict[str, str], constants: KernelConstants) -> tuple[RowResul
 
 
 def kernel_accuracy(constants: KernelConstants = DEFAULT_CONSTANTS, rows: list[dict[str, str]] | None = None,
-                    path: Path | None = None) -> KernelAccuracy:
+                    path: Path | None = None, progress=None) -> KernelAccuracy:
     """Compare the kernel model (with ``constants``) with every row of the reference file (``path``, default the
-    shipped one; or ``rows``)."""
+    shipped one; or ``rows``); ``progress(done, total)`` after each row."""
     rows = read_reference(path) if rows is None else rows
-    evaluated = [_evaluate(row, constants) for row in rows]
+    evaluated = each(lambda row: _evaluate(row, constants), rows, progress)
     results = tuple(result for result, _ in evaluated)
     compared = [r for r in results if r.error is not None]
     kinds: dict[str, list[tuple[float, float]]] = {}

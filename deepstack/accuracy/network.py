@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import deepstack
-from deepstack.accuracy.files import read_csv
+from deepstack.accuracy.files import each, read_csv
 from deepstack.errors import UserInputError
 from deepstack.models.collectives import collective_time
 from deepstack.models.network import NetworkTopology, TopologyLevel
@@ -269,12 +269,13 @@ def _evaluate(row: dict[str, str]) -> tuple[RowResult, str | None]:
 # ---------------------------------------------------------------------------------------------- the report
 
 
-def network_accuracy(reference: str | Path | None = None) -> NetworkAccuracy:
-    """Compare the network model with every row of the reference file (default: :func:`reference_path`)."""
+def network_accuracy(reference: str | Path | None = None, progress=None) -> NetworkAccuracy:
+    """Compare the network model with every row of the reference file (default: :func:`reference_path`);
+    ``progress(done, total)`` after each row."""
     path = Path(reference) if reference is not None else reference_path()
     if not path.is_file():
         raise UserInputError(f"reference file: {path} does not exist")
-    evaluated = [_evaluate(row) for row in _checked(read_reference(path), path)]
+    evaluated = each(_evaluate, _checked(read_reference(path), path), progress)
     rows = tuple(row for row, _ in evaluated)
     compared = [row for row in rows if row.error is not None]
     return NetworkAccuracy(

@@ -170,12 +170,14 @@ def shipped_constants(system: str = "dgx-b200") -> tuple[float, float]:
     return gpu.host_step_us, gpu.eager_op_us
 
 
-def modelled_rows(path: Path | None = None, failures: list[dict[str, Any]] | None = None) -> list[Row]:
-    """Every reference row with its constant-free step (one evaluation per row). A run the model finds
-    infeasible (it does not fit the GPUs' memory, say) is listed in ``failures`` and left out, or, without a
-    ``failures`` list, is an error."""
+def modelled_rows(path: Path | None = None, failures: list[dict[str, Any]] | None = None,
+                  progress=None) -> list[Row]:
+    """Every reference row with its constant-free step (one evaluation per row; ``progress(done, total)`` after
+    each). A run the model finds infeasible (it does not fit the GPUs' memory, say) is listed in ``failures`` and
+    left out, or, without a ``failures`` list, is an error."""
     out = []
-    for number, raw in enumerate(read_rows(path), start=2):  # line 1 is the header
+    raws = read_rows(path)
+    for number, raw in enumerate(raws, start=2):  # line 1 is the header
         try:
             row, violations = _modelled_row(raw)
         except ValidationError as exc:
@@ -189,6 +191,8 @@ def modelled_rows(path: Path | None = None, failures: list[dict[str, Any]] | Non
         except UserInputError as exc:
             raise UserInputError(f"reference file: line {number}: {str(exc).removeprefix('reference file: ')}") \
                 from None
+        if progress is not None:
+            progress(number - 1, len(raws))
         if violations:
             problem = f"{row.model} on {row.system} ({row.parallel}), batch {row.batch}: infeasible: {violations}"
             if failures is None:
@@ -288,10 +292,11 @@ def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
     return out
 
 
-def serving_accuracy(path: Path | None = None) -> dict[str, Any]:
-    """Every row against the model with its system's shipped constants, and the scores (plain data for JSON)."""
+def serving_accuracy(path: Path | None = None, progress=None) -> dict[str, Any]:
+    """Every row against the model with its system's shipped constants, and the scores (plain data for JSON);
+    ``progress(done, total)`` after each row."""
     failures: list[dict[str, Any]] = []
-    rows = modelled_rows(path, failures)
+    rows = modelled_rows(path, failures, progress)
     if not rows:
         raise UserInputError(f"reference file: no row of {path or reference_path()} is feasible on its system: "
                              f"{failures[0]['problem'] if failures else 'the file has no rows'}")

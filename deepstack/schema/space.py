@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, PlainSerializer, field_validator, model_validator
 
 from deepstack.schema.base import Frozen
+from deepstack.schema.frozen import FrozenMap, frozen, plain
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
 from deepstack.schema.scenario import Assumptions
 from deepstack.schema.schedule import ALGORITHMS_FOR, Algorithm
@@ -98,6 +99,11 @@ class DesignSpace(Frozen):
     schedule: ScheduleAxes = ScheduleAxes()
 
 
+# A recipe's parameter table, deep-frozen (tables → FrozenMap, arrays → tuples): a runner that edited it in place
+# would change the recipe for every later run in the process. Dumped as plain tables and lists.
+FrozenTable = Annotated[dict[str, Any], AfterValidator(frozen), PlainSerializer(plain, return_type=dict[str, Any])]
+
+
 class StudyRecipe(Frozen):
     """A paper experiment as data: which runner, on which space and scenarios, with which parameters."""
 
@@ -107,5 +113,5 @@ class StudyRecipe(Frozen):
     runner: str = Field(description="the study runner that interprets the parameters")
     space: str | None = Field(None, description="design space preset or path")
     scenarios: ScenarioAxes | None = None
-    parameters: dict[str, Any] = Field(default_factory=dict)
-    quick: dict[str, Any] = Field(default_factory=dict, description="overrides of parameters for --quick")
+    parameters: FrozenTable = Field(default_factory=FrozenMap)
+    quick: FrozenTable = Field(default_factory=FrozenMap, description="overrides of parameters for --quick")

@@ -30,6 +30,7 @@ from typing import Any
 from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
 from deepstack.schema.scenario import ASSUMPTION_SETS
+from deepstack.search.executor import Tally
 from deepstack.search.files import check_output_folder, write_text_atomically
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
@@ -71,6 +72,14 @@ class StudyContext:
     files: list[str] = field(default_factory=list)
     rows_written: int = 0
     tables: list[dict] = field(default_factory=list)  # the key tables, as recorded by key_table
+    tally: Tally = field(default_factory=Tally)  # the run's progress, in the runner's tasks
+
+    def planned(self, tasks: int):
+        """Count ``tasks`` more units of work (points, cells, rows: whatever the runner is about to run) on the
+        run's progress; returns the ``done()`` to call as each finishes (``executor.map_in_order``'s ``done``).
+        A runner that plans a stage from the last one's results adds it then, so the total grows."""
+        self.tally.plan(tasks)
+        return self.tally.finish
 
     def param(self, key: str, default: Any = None) -> Any:
         if key not in self.params and default is None:
@@ -199,16 +208,18 @@ def utc_now() -> str:
 
 
 def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
-              assumptions: str | None = None) -> dict[str, Any]:
+              assumptions: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``).
     ``assumptions`` (default: the recipe's ``assumptions`` parameter, else ``default``) names the assumption set
-    every scenario of the run is evaluated under (docs/model.md §17); a paper-set run goes to ``<name>-paper``."""
+    every scenario of the run is evaluated under (docs/model.md §17); a paper-set run goes to ``<name>-paper``.
+    ``progress(done, total)`` is told the runner's tasks finished of those planned so far (StudyContext.planned)."""
     recipe = load_file(recipe_path, expected_kind="study")
     available = runners()
     if recipe.runner not in available:
         raise UserInputError(f"{recipe_path}: runner: must be one of {', '.join(sorted(available))} "
                              f"(got {recipe.runner!r})")
-    params = {**recipe.parameters, **(recipe.quick if quick else {})}
+    # the runner's own plain copy (lists and dicts, as the file wrote them): the recipe itself is read-only
+    params = {**recipe.parameters.as_dict(), **(recipe.quick.as_dict() if quick else {})}
     if assumptions is not None:
         params["assumptions"] = assumptions
     chosen = params.get("assumptions", "default")
@@ -220,7 +231,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD
     record_path.unlink(missing_ok=True)  # a stale record would vouch for files this run is about to replace
-    context = StudyContext(recipe, params, quick, folder, Path(recipe_path).resolve().parent)
+    context = StudyContext(recipe, params, quick, folder, Path(recipe_path).resolve().parent, tally=Tally(progress))
     started_at, started = utc_now(), time.perf_counter()
     available[recipe.runner](context)
     wall_s = time.perf_counter() - started

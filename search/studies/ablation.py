@@ -38,7 +38,7 @@ def ablation(ctx: StudyContext) -> None:
     step_rows, point_rows = [], []
     for batch in ctx.param("batches"):
         search = _Ablation(scenario_of(ctx, model, phase, batch), base, ctx.param("per_module_max_pp", 4),
-                           ctx.param("workers", 1))
+                           ctx.param("workers", 1), ctx.planned)
         search.run(space, [preset_ref(ctx, noc) for noc in space.hardware.nocs], ctx.param("stacking_top_chips", 2),
                    ctx.param("noc_top_points", 2))
         point_rows += [{"batch": batch, **row} for row in search.point_rows]
@@ -80,14 +80,14 @@ def ablation(ctx: StudyContext) -> None:
 class _Ablation:
     """The growing candidate pool of one scenario and the design each step picks from it."""
 
-    def __init__(self, sc: Scenario, base: Hardware, max_pp: int, workers: int):
-        self.sc, self.base, self.max_pp, self.workers = sc, base, max_pp, workers
+    def __init__(self, sc: Scenario, base: Hardware, max_pp: int, workers: int, planned: Callable):
+        self.sc, self.base, self.max_pp, self.workers, self.planned = sc, base, max_pp, workers, planned
         self.pool: list[Candidate] = []
         self.point_rows: list[dict] = []
         self.picks: list[tuple[str, Candidate | None, bool, int, Candidate | None]] = []
 
     def add(self, tasks: list[PointTask], step: int, skip: Callable[[Candidate], bool] | None = None) -> None:
-        for result in run_tasks(tasks, self.workers):
+        for result in run_tasks(tasks, self.workers, self.planned(len(tasks))):
             fresh = [c for c in result.candidates if skip is None or not skip(c)]
             self.pool.extend(fresh)
             self.point_rows += [{"step_added": step, **c.columns(), "per_module": c.per_module,

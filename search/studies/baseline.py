@@ -73,7 +73,8 @@ class _Pool:
         return [hw for hw in self.results if hw.stacked_layers is not None]
 
 
-def _search(pools: list[_Pool], wanted: list[list[Hardware]], stage: str, max_pp: int, workers: int) -> None:
+def _search(pools: list[_Pool], wanted: list[list[Hardware]], stage: str, max_pp: int, workers: int,
+            planned) -> None:
     """Search every wanted hardware point a pool has not searched yet (all scenarios in one batch of tasks)."""
     owners, tasks = [], []
     for pool, hardware in zip(pools, wanted, strict=True):
@@ -81,7 +82,7 @@ def _search(pools: list[_Pool], wanted: list[list[Hardware]], stage: str, max_pp
             if hw not in pool.results:
                 owners.append((pool, hw))
                 tasks.append(PointTask(hw, pool.scenario, SCOPES, max_pp=max_pp, attention_cp=True))
-    for (pool, hw), result in zip(owners, run_tasks(tasks, workers), strict=True):
+    for (pool, hw), result in zip(owners, run_tasks(tasks, workers, planned(len(tasks))), strict=True):
         pool.results[hw], pool.stages[hw] = result, stage
 
 
@@ -107,11 +108,11 @@ def baseline_comparison(ctx: StudyContext) -> None:
 
     keys = [(model, phase, batch) for model in models for phase in phases for batch in batches]
     pools = [_Pool(scenario_of(ctx, *key)) for key in keys]
-    _search(pools, [hw_3d + hw_2p5d] * len(pools), FIXED, max_pp, workers)
+    _search(pools, [hw_3d + hw_2p5d] * len(pools), FIXED, max_pp, workers, ctx.planned)
     _search(pools, [[replace(hw, stacked_layers=sm, connected_layers=sn) for hw in pool.ranked(hw_3d)[:top_stacking]
-                     for sm, sn in stackings] for pool in pools], STACKING, max_pp, workers)
+                     for sm, sn in stackings] for pool in pools], STACKING, max_pp, workers, ctx.planned)
     _search(pools, [[replace(hw, noc=noc) for hw in pool.ranked(pool.searched_3d())[:top_noc] for noc in nocs_3d]
-                    for pool in pools], NOC, max_pp, workers)
+                    for pool in pools], NOC, max_pp, workers, ctx.planned)
 
     points = [_point_row(key, pool, hw, hw in hw_2p5d) for key, pool in zip(keys, pools, strict=True)
               for hw in pool.results]

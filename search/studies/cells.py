@@ -149,9 +149,10 @@ def evaluate_cell(cell: Cell) -> list[dict]:
     return rows
 
 
-def evaluate_all(cells: list[Cell], workers: int) -> list[dict]:
-    """Every cell's rows, in order (on forked processes when ``workers`` > 1)."""
-    return [row for rows in executor.map_in_order(evaluate_cell, cells, workers) for row in rows]
+def evaluate_all(cells: list[Cell], workers: int, done=None) -> list[dict]:
+    """Every cell's rows, in order (on forked processes when ``workers`` > 1); ``done()`` after each cell
+    (StudyContext.planned)."""
+    return [row for rows in executor.map_in_order(evaluate_cell, cells, workers, done) for row in rows]
 
 
 def evaluated_rows(rows: list[dict]) -> list[dict]:

@@ -70,11 +70,14 @@ def dram_layers(ctx: StudyContext) -> None:
     capacities = [float(v) for v in ctx.param("l1_KiB", [128, 256, 512])]
     bandwidths = [float(v) for v in ctx.param("l1_bw_B_per_cycle", [128, 256, 512, 1024])]
     rows = []
+    done = ctx.planned(len(capacities) * len(bandwidths) * len(layers))
     for kib in capacities:
         for bw in bandwidths:
             sram = SramOption(name=f"L1 {kib:g} KiB, {bw:g} B/cycle", l1_KiB=kib,
                               l1_bw_scale=bw / chip.pe.l1_bw_B_per_cycle)
-            rows.extend(dram_bandwidth_row(chip, network, sram, m) for m in layers)
+            for m in layers:
+                rows.append(dram_bandwidth_row(chip, network, sram, m))
+                done()
     ctx.write_csv("points.csv", rows)
 
     for key, ylabel, name in (("effective_bw_GBps", "DRAM bandwidth per device (GB/s)", "bandwidth_vs_m.png"),
@@ -134,7 +137,8 @@ def layers_e2e(ctx: StudyContext) -> None:
     chip, noc = ctx.path(ctx.param("chip", "standard")), ctx.param("noc", "tms1")
     objective = ctx.param("objective", "stps")
     stackings = stacking_grid(ctx, square=True)
-    rows = evaluate_all(cells_of(ctx, require_3d(ctx, [chip]), [noc], stackings, (objective,)), workers_of(ctx))
+    cells = cells_of(ctx, require_3d(ctx, [chip]), [noc], stackings, (objective,))
+    rows = evaluate_all(cells, workers_of(ctx), ctx.planned(len(cells)))
     ctx.write_csv("points.csv", rows)
     regimes = regimes_of(ctx)
     layers = [m for m, _ in stackings]

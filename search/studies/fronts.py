@@ -20,7 +20,7 @@ def pareto_fronts(ctx: StudyContext) -> None:
                 for m in ctx.param("stacked_layers")]
     groups = [(model, batch) for model in ctx.param("models") for batch in ctx.param("batches")]
     tasks = [PointTask(hw, scenario_of(ctx, model, phase, batch)) for model, batch in groups for hw in hardware]
-    results = iter(run_tasks(tasks, ctx.param("workers", 1)))
+    results = iter(run_tasks(tasks, ctx.param("workers", 1), ctx.planned(len(tasks))))
     rows = []
     for model, batch in groups:
         group = []

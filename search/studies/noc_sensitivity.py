@@ -18,9 +18,11 @@ def noc_sensitivity(ctx: StudyContext) -> None:
     m = ctx.param("stacked_layers", 4)
     base = Hardware(ctx.param("chip"), preset_ref(ctx, ctx.param("noc")), m, ctx.param("connected_layers", m))
     batches = ctx.param("batches")
-    rows = sensitivity_rows(base, {b: scenario_of(ctx, model, phase, b) for b in batches},
-                            sweeps_of(base, ctx.param("bandwidth_scales"), ctx.param("hop_latency_scales"),
-                                      ctx.param("level_bandwidth_scales")), ctx.param("workers", 1))
+    sweeps = sweeps_of(base, ctx.param("bandwidth_scales"), ctx.param("hop_latency_scales"),
+                       ctx.param("level_bandwidth_scales"))
+    done = ctx.planned(len(dict.fromkeys(hw for *_, hw in sweeps)) * len(batches))
+    rows = sensitivity_rows(base, {b: scenario_of(ctx, model, phase, b) for b in batches}, sweeps,
+                            ctx.param("workers", 1), done)
     ctx.write_csv("points.csv", rows)
     _plot_sensitivity(ctx, rows, batches, "bandwidth", "link bandwidth scale (×)", "stps_vs_bandwidth.png")
     _plot_sensitivity(ctx, rows, batches, "hop_latency", "hop latency scale (×)", "stps_vs_latency.png")
@@ -50,13 +52,14 @@ def sweeps_of(base: Hardware, bandwidth_scales, hop_latency_scales, level_bandwi
     return sweeps
 
 
-def sensitivity_rows(base: Hardware, scenarios: dict, sweeps: list[tuple], workers: int = 1) -> list[dict]:
+def sensitivity_rows(base: Hardware, scenarios: dict, sweeps: list[tuple], workers: int = 1,
+                     done=None) -> list[dict]:
     """One row per batch (``scenarios``: batch → scenario) and sweep point: the point's PEs per device and its
-    best flat schedule's metrics."""
+    best flat schedule's metrics (``done``: a study's progress count, one per point solved)."""
     rows = []
+    unique = list(dict.fromkeys(hw for *_, hw in sweeps))
     for batch, sc in scenarios.items():
-        unique = list(dict.fromkeys(hw for *_, hw in sweeps))
-        results = dict(zip(unique, run_tasks([PointTask(hw, sc) for hw in unique], workers), strict=True))
+        results = dict(zip(unique, run_tasks([PointTask(hw, sc) for hw in unique], workers, done), strict=True))
         for sweep, level, scale, hw in sweeps:
             result = results[hw]
             top = result.best()

@@ -32,8 +32,9 @@ def _stacking_cells(ctx: StudyContext, assumptions: str) -> list[Cell]:
 def stacking_findings(ctx: StudyContext) -> list[dict]:
     """R13 (the best m per regime) and R17 (large-batch decode is the hottest regime, with designs above 85 °C)
     from one sweep of m = n per regime and assumption set, each point with its best schedule."""
-    rows = {name: evaluated_rows(evaluate_all(_stacking_cells(ctx, name), ctx.param("workers", 2)))
-            for name in SETS}
+    cells = {name: _stacking_cells(ctx, name) for name in SETS}
+    done = ctx.planned(sum(map(len, cells.values())))
+    rows = {name: evaluated_rows(evaluate_all(cells[name], ctx.param("workers", 2), done)) for name in SETS}
     out = []
     for (phase, batch), paper, accepted in R13:
         best = {}
@@ -86,10 +87,11 @@ def noc_findings(ctx: StudyContext) -> list[dict]:
                ("bandwidth", "L3", 1.5, replace(base, level_bw_scales=(1.0, 1.0, 1.5)))]
     found: dict[str, dict] = {}
     batches = [int(b) for b in ctx.param("noc_batches", [4, 1024])]
+    done = ctx.planned(len(dict.fromkeys(hw for *_, hw in sweeps)) * len(batches) * len(SETS))
     for name in SETS:
         scenarios = {b: build_scenario("deepseek-v3", "decode", b, 1024, 1024, None, assumptions=name)
                      for b in batches}
-        rows = sensitivity_rows(base, scenarios, sweeps, ctx.param("workers", 2))
+        rows = sensitivity_rows(base, scenarios, sweeps, ctx.param("workers", 2), done)
         found[name] = {(r["batch"], r["sweep"], r["level"], r["scale"]): r for r in rows}
     out = [{"finding": "R19", "what": "SMs per cluster at 0.75 / 1 / 2× NoC bandwidth", "paper": R19_SMS,
             **{f"{n}_set": " / ".join(str(found[n][batches[0], "bandwidth", "all", s]["pes_per_device"])
@@ -133,7 +135,9 @@ def paper_findings(ctx: StudyContext) -> None:
     are always evaluated), and each paper choice put back to the default alone."""
     from deepstack.accuracy.paper import paper_accuracy  # the check itself: one implementation of both
 
+    done = ctx.planned(1)  # the accuracy check, as one task
     result = paper_accuracy()
+    done()
     computed = stacking_findings(ctx) + noc_findings(ctx)
     findings = [f for f in result["findings"] if f["finding"] not in {c["finding"] for c in computed}] + computed
     ctx.write_csv("points.csv", result["table4"])

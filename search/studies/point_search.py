@@ -259,6 +259,7 @@ def search_point(task: PointTask) -> PointResult:
     return result
 
 
-def run_tasks(tasks: list[PointTask], workers: int = 1) -> list[PointResult]:
-    """:func:`search_point` over ``tasks``, in order; on forked processes when ``workers`` > 1."""
-    return executor.map_in_order(search_point, tasks, workers)
+def run_tasks(tasks: list[PointTask], workers: int = 1, done=None) -> list[PointResult]:
+    """:func:`search_point` over ``tasks``, in order; on forked processes when ``workers`` > 1; ``done()`` after
+    each (StudyContext.planned)."""
+    return executor.map_in_order(search_point, tasks, workers, done)

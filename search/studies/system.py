@@ -27,7 +27,9 @@ def strategy_histogram(ctx: StudyContext) -> None:
     kept, pruned = feasible_strategies(sc, base.devices, dev.dram.capacity_B)
     limit = ctx.param("max_strategies", len(kept))
     strategies = kept[:limit]
+    done = ctx.planned(1)  # one batch of schedules on one point
     evaluated = evaluate_schedules(base, [strategy.to_schedule() for strategy in strategies])
+    done()
     rows = [{"schedule": strategy.label, "fsdp": strategy.fsdp, "feasible": report.feasible, **report.metrics}
             for strategy, (_, report) in zip(strategies, evaluated, strict=True)]
     ctx.write_csv("points.csv", rows)

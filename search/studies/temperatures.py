@@ -227,7 +227,8 @@ def thermal_distribution(ctx: StudyContext) -> None:
     objective = ctx.param("objective", "stps")
     tasks = [ThermalCell(cell, tuple(ambients), max_temp_c, tuple(policies))
              for cell in cells_of(ctx, chips, nocs, stacking_grid(ctx, square=False), (objective,))]
-    rows = [row for rows in executor.map_in_order(evaluate_thermal_cell, tasks, workers_of(ctx)) for row in rows]
+    rows = [row for rows in executor.map_in_order(evaluate_thermal_cell, tasks, workers_of(ctx),
+                                                  ctx.planned(len(tasks))) for row in rows]
     rows.sort(key=lambda r: (policies.index(r["dvfs"]), r["ambient_c"]))  # stable: the cells' order within
     add_stps_ratios(rows, ambients[0])
     ctx.write_csv("points.csv", rows)

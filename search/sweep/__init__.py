@@ -20,14 +20,16 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from deepstack import catalog
-from deepstack.errors import UserInputError
+from deepstack.errors import RunInterruptedError, UserInputError
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import executor
 from deepstack.search.files import check_output_folder
+from deepstack.search.interrupt import Interrupts
 from deepstack.search.objectives import score
 from deepstack.search.space import (
     HardwarePoint,
@@ -106,8 +108,10 @@ def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) ->
 
 def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
           workers: int | None = None, with_ttft: bool = False, backend: str = "local",
-          scheduler: str | None = None) -> SweepResult:
-    """Run (or resume) a sweep of ``space`` for ``scenario`` and write its files to ``out``."""
+          scheduler: str | None = None, progress: Callable[[int, int], None] | None = None) -> SweepResult:
+    """Run (or resume) a sweep of ``space`` for ``scenario`` and write its files to ``out``. ``progress(done,
+    total)`` is told the hardware points finished (read back or evaluated) of those planned so far, after each
+    chunk: a hierarchical sweep plans a tier once the tier before it has ranked its points, so the total grows."""
     if mode not in MODES:
         raise UserInputError(f"--mode: must be one of {', '.join(MODES)} (got {mode!r})")
     if backend not in BACKENDS:
@@ -126,18 +130,30 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
                               "ttft": with_ttft}, sort_keys=True)
     log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
     started = log.started = time.perf_counter()
-    with executor.chunk_runner(backend, workers, scheduler) as run_chunks:
-        return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                            started)
+    tally = executor.Tally(progress)
+    # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;
+    # every finished chunk stays in <out>/chunks/ for the re-run to read back
+    with Interrupts() as stops:
+        log.shelter = stops.deferred
+        try:
+            with stops.evaluating(), executor.chunk_runner(backend, workers, scheduler) as run_chunks:
+                return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
+                                    run_chunks, started, tally)
+        except KeyboardInterrupt:
+            chunks = log.finished()
+            raise RunInterruptedError(
+                f"interrupted by {stops.name or 'SIGINT'}: {chunks:,} finished chunk{'s' * (chunks != 1)} "
+                f"({tally.done:,} hardware points) kept in {log.folder}/; re-run the same command to resume after "
+                f"{'them' if chunks != 1 else 'it'}") from None
 
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                 started) -> SweepResult:
+                 started, tally) -> SweepResult:
     read_back = {}
 
     def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
         before = log.read_back
-        rows = run_tier(name, tasks(points), log, run_chunks)
+        rows = run_tier(name, tasks(points), log, run_chunks, tally)
         read_back[name] = log.read_back - before
         return rows
 

@@ -3,6 +3,7 @@ finished ones that lets a re-run resume."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from deepstack.errors import UserInputError
+from deepstack.search.executor import Tally
 from deepstack.search.files import write_text_atomically
 from deepstack.search.sweep.points import SweepTask, evaluate_chunk
 
@@ -33,6 +35,7 @@ class ChunkLog:
         # None when it was read back from an earlier run] (for ``compare``'s front at equal wall time)
         self.timeline: list[list] = []
         self.read_back = 0  # rows of chunks finished by an earlier run and read back, not evaluated by this one
+        self.shelter: Callable = contextlib.nullcontext  # a span no signal cuts (Interrupts.deferred) for save
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
         stamp = out / "sweep.json"
@@ -55,15 +58,24 @@ class ChunkLog:
 
     def save(self, tier: str, index: int, lines: str) -> None:
         """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`). Atomic: a killed sweep
-        leaves either the whole chunk or none of it."""
-        write_text_atomically(self.path(tier, index), lines)
-        with open(self.folder / "evaluated.log", "a") as fh:
-            fh.write(f"{tier}-{index:05d}\n")
+        leaves either the whole chunk or none of it; an interrupted one, the chunk and its line in the log."""
+        with self.shelter():
+            write_text_atomically(self.path(tier, index), lines)
+            with open(self.folder / "evaluated.log", "a") as fh:
+                fh.write(f"{tier}-{index:05d}\n")
+
+    def finished(self) -> int:
+        """Chunks finished so far, by this run or an earlier one."""
+        return sum(1 for _ in self.folder.glob("*.jsonl"))
 
 
-def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable) -> list[dict]:
+def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable,
+             tally: Tally | None = None) -> list[dict]:
     """Evaluate a tier chunk by chunk with ``run_chunks`` (an executor's ``run(evaluate, chunks, done)``),
-    resuming finished chunks, and merge the rows in chunk order."""
+    resuming finished chunks, and merge the rows in chunk order. ``tally`` counts the tier's hardware points, each
+    chunk's as it finishes (a read-back chunk at once)."""
+    tally = tally or Tally()
+    tally.plan(len(tasks))
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: dict[int, list[dict]] = {}
@@ -76,12 +88,14 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
         else:
             results[index] = rows
             log.read_back += len(rows)
+            tally.finish(len(chunks[index]))
 
     def done(index: int, chunk: tuple[list[dict], str]) -> None:
         rows, lines = chunk
         log.save(tier, index, lines)
         results[index] = rows
         finished[index] = time.perf_counter() - log.started
+        tally.finish(len(chunks[index]))
 
     if todo:
         run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)

@@ -1,20 +1,25 @@
 """A sweep's files: ``points.csv`` (every evaluation), ``pareto.csv``/``pareto.json`` (the non-dominated
-feasible points) and ``summary.json``, and reading a finished sweep folder back (for ``compare``)."""
+feasible points, one row per objective vector) and ``summary.json``, and reading a finished sweep folder back (for
+``compare``)."""
 
 from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.schema import DesignSpace, Scenario
+from deepstack.schema.loader import SUFFIXES
 from deepstack.search import pareto
 from deepstack.search.front_design import enrich
 from deepstack.search.objectives import OBJECTIVES
+from deepstack.search.study_front import one_per_objective_vector
 from deepstack.search.sweep.points import METRIC_COLUMNS
 
 HARDWARE_COLUMNS = ("chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale",
@@ -33,6 +38,17 @@ def front(rows: list[dict], objectives: list[str]) -> list[dict]:
     return sorted(kept, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
 
 
+def named_nocs(rows: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+    """The front rows with each NoC file named as the catalog names its presets, by the file's stem (as the design
+    ids do), instead of its path; and those NoCs' definitions, which pareto.json carries so that ``evaluate
+    --front`` rebuilds a row wherever the file has gone. Two files of one stem keep their paths."""
+    files = {r["noc"] for r in rows if str(r["noc"]).lower().endswith(SUFFIXES)}
+    stems = Counter(Path(f).stem for f in files)
+    names = {f: Path(f).stem for f in files if stems[Path(f).stem] == 1}
+    definitions = {names[f]: catalog.load("nocs", f).model_dump(mode="json") for f in sorted(names)}
+    return [{**r, "noc": names.get(r["noc"], r["noc"])} for r in rows], definitions
+
+
 def _csv_cells(rows: list[dict], names: list[str]):
     """Each row's cells in column order: lists as JSON (encoded once per distinct list), missing keys empty."""
     encoded: dict[tuple, str] = {}
@@ -40,7 +56,9 @@ def _csv_cells(rows: list[dict], names: list[str]):
         cells = []
         for name in names:
             value = row.get(name, "")
-            if isinstance(value, (list, tuple)):
+            if name == "equivalent" and value:  # a list of tables (the designs of the same objectives)
+                value = json.dumps(value)
+            elif isinstance(value, (list, tuple)):
                 key = tuple(value)
                 if key not in encoded:
                     encoded[key] = json.dumps(list(value))
@@ -57,14 +75,17 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
     # schedule): without it the column is left out rather than filled with NaN
     metrics = [c for c in METRIC_COLUMNS if c != "ttft_s" or getattr(result, "with_ttft", True)]
     columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *metrics]
-    # each front row with its id and the command that reproduces it (evaluate --design ID --front pareto.csv), as
-    # an optimize front's rows
+    # each front row with its id and the command that reproduces it (evaluate --design ID --front pareto.csv), its
+    # NoC by name, and one row per objective vector (the designs that reach it too under "equivalent"), as an
+    # optimize front's rows
     sram_options = {o.name: o.model_dump(mode="json") for o in space.hardware.sram}
-    result.pareto[:] = enrich(result.pareto, scenario, sram_options, str(out / "pareto.csv"))
+    front, noc_definitions = named_nocs(enrich(result.pareto, scenario, sram_options, str(out / "pareto.csv")))
+    result.pareto[:] = one_per_objective_vector(front, result.objectives)
     for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
         names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
         if name == "pareto.csv":
-            names = ["id", *names, "pes_per_device", "command"]
+            names = ["id", *names, "pes_per_device", "command",
+                     *(["equivalent"] if any(r.get("equivalent") for r in data) else [])]
         with open(out / name, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(names)
@@ -80,7 +101,7 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
         summary["not_computed"] = {"ttft_s": "no ttft objective: add ttft to --objective to time each prefill"}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     front_data = {"objectives": result.objectives, "scenario": scenario.model_dump(mode="json"),
-                  "sram_options": sram_options, "pareto": result.pareto}
+                  "sram_options": sram_options, "nocs": noc_definitions, "pareto": result.pareto}
     (out / "pareto.json").write_text(json.dumps(finite(front_data), indent=2, default=str, allow_nan=False))
 
 
