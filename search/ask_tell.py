@@ -28,13 +28,13 @@ PHASES = ("ask", "repair", "evaluate", "store", "bookkeeping", "setup", "front")
 
 
 def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until_stall: int | None, progress, log,
-        stops, inner: str, refine: int = 0, told: int = 0, checkpoint=None) -> dict:
+        stops, inner: str, refine: int = 0, told: int = 0) -> dict:
     """Tell ``trials`` trials (``told`` of them already in the study: a cut-short run being finished), unless the
     hypervolume stalls or a signal comes. The last ``refine`` of them are local search around the front
     (:func:`_refine`); trials it does not need go back to the sampler. Per batch: ask on the mirror (reseeded from
     the study's trial count, so a resumed run proposes what the uninterrupted one would), solve the hardware
-    points (in the pool), tell the mirror and write the batch to the persistent study in one call, then
-    ``checkpoint(told)``."""
+    points (in the pool), tell the mirror and write the batch to the persistent study in one call (each trial
+    carrying the run's key: what a run has told is counted from the study, :mod:`.resume`)."""
     objectives = list(problem.objectives)
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, objectives)
@@ -80,8 +80,6 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
             hv = record.progress.record(mirror.completed, record.evaluations)
             tick = _lap(clock, "bookkeeping", tick)
             record.save(the_study)
-            if checkpoint:
-                checkpoint(run["told"])
             clock["store"] += time.perf_counter() - tick
             if progress:
                 progress(run["told"], trials)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.models.design import DesignPoint
 from deepstack.schema import Network, Scenario, Schedule
+from deepstack.schema.loader import SUFFIXES
 from deepstack.schema.space import SramOption
 from deepstack.search.space import scaled_network
 
@@ -130,3 +132,14 @@ def front_design(path: str, wanted: str) -> tuple[DesignPoint, dict]:
     row = shown if other is shown else {**{k: v for k, v in shown.items() if k != "equivalent"}, **other}
     scenario = Scenario.model_validate(data["scenario"])
     return design_point_of(scenario, data.get("sram_options", {}), row, data.get("nocs")), row
+
+
+def named_nocs(rows: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+    """The front rows with each NoC file named as the catalog names its presets, by the file's stem (as the design
+    ids do), instead of its path; and those NoCs' definitions, which pareto.json carries so that ``evaluate
+    --front`` rebuilds a row wherever the file has gone. Two files of one stem keep their paths."""
+    files = {r["noc"] for r in rows if str(r["noc"]).lower().endswith(SUFFIXES)}
+    stems = Counter(Path(f).stem for f in files)
+    names = {f: Path(f).stem for f in files if stems[Path(f).stem] == 1}
+    definitions = {names[f]: catalog.load("nocs", f).model_dump(mode="json") for f in sorted(names)}
+    return [{**r, "noc": names.get(r["noc"], r["noc"])} for r in rows], definitions

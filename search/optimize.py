@@ -34,7 +34,7 @@ from deepstack.search.feasibility import Proposal, feasibility_of
 from deepstack.search.files import check_output_folder
 from deepstack.search.interrupt import Interrupts
 from deepstack.search.objectives import OBJECTIVES, parse_objectives  # noqa: F401 (re-exported: api)
-from deepstack.search.resume import RunRecord
+from deepstack.search.resume import RUN_ATTR, RunRecord
 from deepstack.search.space import HardwarePoint, load_space, scenarios
 from deepstack.search.study_front import write_front
 from deepstack.search.study_record import StudyRecord, check_same_problem, study_counts
@@ -189,9 +189,9 @@ WAITING = optuna.trial.TrialState.WAITING
 class Mirror:
     """An in-memory copy of ``study`` (its finished and queued trials) that samples with ``sampler``."""
 
-    def __init__(self, study: optuna.Study, sampler_name: str, seed: int | None) -> None:
+    def __init__(self, study: optuna.Study, sampler_name: str, seed: int | None, run: str | None = None) -> None:
         self.study, self.store, self.study_id = study, study._storage, study._study_id
-        self.sampler_name, self.seed = sampler_name, seed
+        self.sampler_name, self.seed, self.run = sampler_name, seed, run
         sampler = _sampler(sampler_name, seed)
         backend = getattr(self.store, "_backend", self.store)  # Optuna wraps an RDB storage in a cache
         self.rdb = backend if isinstance(backend, optuna.storages.RDBStorage) else None
@@ -249,7 +249,8 @@ class Mirror:
         for trial in told:
             frozen = self.memory._storage.get_trial(trial._trial_id)
             sources.append(self.queued.pop(trial._trial_id, None))
-            system = {**frozen.system_attrs, **({CONSUMED: sources[-1].number} if sources[-1] else {})}
+            system = {**frozen.system_attrs, **({CONSUMED: sources[-1].number} if sources[-1] else {}),
+                      **({RUN_ATTR: self.run} if self.run else {})}
             copies.append(optuna.trial.FrozenTrial(
                 number=0, state=frozen.state, value=None, values=frozen.values, datetime_start=frozen.datetime_start,
                 datetime_complete=frozen.datetime_complete, params=frozen.params, distributions=frozen.distributions,
@@ -396,18 +397,19 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     _fail_zombies(the_study)
     plan = {"trials": trials, "refine": refine, "batch": batch, "seed": seed, "sampler": sampler, "inner": inner,
             "until_stall": until_stall}
-    this_run = RunRecord(the_study, plan)  # a run an interrupt cut short, with this plan, is finished first
+    # a run an interrupt cut short, with this plan, is finished first
+    this_run = RunRecord(the_study, plan, the_study.get_trials(deepcopy=False, states=FINISHED))
     setup_s, running = time.perf_counter() - started, time.perf_counter()
     run = None
     try:
         with Interrupts() as stops:
-            run = ask_tell.run(Mirror(the_study, sampler, seed), the_study, problem, trials, batch, workers,
-                               until_stall, progress, log, stops, inner, refine, this_run.told, this_run.save)
+            run = ask_tell.run(Mirror(the_study, sampler, seed, this_run.key), the_study, problem, trials, batch,
+                               workers, until_stall, progress, log, stops, inner, refine, this_run.told)
     finally:
         if run is not None and not run["interrupted"]:
             this_run.finish()
         else:  # a signal or an error: the next run with this plan finishes it
-            this_run.save(run["told"] if run else this_run.told, interrupted=True)
+            this_run.save(interrupted=True)
     wall = time.perf_counter() - running
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, list(objectives))

@@ -17,7 +17,7 @@ from deepstack.jsonutil import finite
 from deepstack.schema import Scenario
 from deepstack.search import pareto
 from deepstack.search.files import save_figure, write_text_atomically
-from deepstack.search.front_design import UNITS, enrich, header
+from deepstack.search.front_design import UNITS, enrich, header, named_nocs
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.space import load_space
 
@@ -96,12 +96,13 @@ def write_front(front: list[dict], study, objectives: list[str], out: Path, name
     base = out / f"{name}.pareto"
     files = {"csv": str(base) + ".csv", "json": str(base) + ".json", "html": str(base) + ".html"}
     scenario, options = _context(study, space)
-    rows = one_per_objective_vector(enrich(front, scenario, options, files["csv"]), objectives)
+    named, nocs = named_nocs(enrich(front, scenario, options, files["csv"]))  # NoC files by name, kept whole
+    rows = one_per_objective_vector(named, objectives)
     front[:] = rows  # the caller's rows (optimize's result and --json) carry the same ids
     columns = list(dict.fromkeys(k for row in rows for k in row)) if rows else objectives
     data = {"study": name, "objectives": objectives, "units": {c: UNITS[c] for c in columns if c in UNITS},
             "scenario": scenario.model_dump(mode="json") if scenario else None, "sram_options": options,
-            "pareto": rows}
+            "nocs": nocs, "pareto": rows}
     write_text_atomically(Path(files["json"]), json.dumps(finite(data), indent=2, default=str, allow_nan=False))
     buffer = io.StringIO()
     writer = csv.writer(buffer)

@@ -42,6 +42,8 @@ def test_headers_carry_units_and_the_readable_columns(study):
     for row in saved["pareto"]:
         assert row["pes_per_device"] > 0 and row["temperature_c"] > 25 and row["power_density_W_per_mm2"] > 0
         assert row["id"] == design_id(row)
+        assert row["noc"] == "mini8"  # the NoC file by its name, as a sweep's front and the catalog name them
+    assert list(saved["nocs"]) == ["mini8"]  # and its definition whole, so the rows rebuild without the file
     assert [r["id"] for r in study["out"]["pareto"]] == [r["id"] for r in saved["pareto"]]
     text = study["text"].stdout
     assert "stps (tokens/s)" in text and "PEs/device" in text and "W/mm²" in text and "°C" in text

@@ -180,7 +180,8 @@ def test_optimize_help_lists_the_small_space(cli):
 
 def test_a_killed_run_is_adopted_by_the_same_command_and_a_live_one_never(tmp_path):
     """The run record (search/resume.py) on a real SQLite study: a record left by a process that is gone is adopted
-    by a run with the same options (and only then), one whose process still runs (another worker) never is."""
+    by a run with the same options (and only then), with the trials it told counted from the study; one whose
+    process still runs (another worker) never is."""
     url = f"sqlite:///{tmp_path / 'r.db'}"
     study = optuna.create_study(study_name="r", storage=url)
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -188,14 +189,17 @@ def test_a_killed_run_is_adopted_by_the_same_command_and_a_live_one_never(tmp_pa
     plan = {"trials": 40, "refine": 24, "batch": 4, "seed": 0, "sampler": "nsga2", "inner": "screen",
             "until_stall": None}
     record = {"plan": plan, "host": socket.gethostname(), "updated": time.time()}
-    study.set_user_attr(resume.KEY, {"dead": {**record, "pid": gone.pid, "told": 12},
-                                     "live": {**record, "pid": os.getpid(), "told": 20}})
+    study.set_user_attr(resume.KEY, {"dead": {**record, "pid": gone.pid}, "live": {**record, "pid": os.getpid()}})
+    for run, count in (("dead", 12), ("live", 20)):
+        for _ in range(count):
+            study.add_trial(optuna.trial.create_trial(value=1.0, system_attrs={resume.RUN_ATTR: run}))
+    trials = study.get_trials()
 
-    other = resume.RunRecord(study, {**plan, "seed": 1})  # other options: a new run
+    other = resume.RunRecord(study, {**plan, "seed": 1}, trials)  # other options: a new run
     assert not other.resumed and other.told == 0
-    adopted = resume.RunRecord(study, plan)
+    adopted = resume.RunRecord(study, plan, trials)
     assert adopted.resumed and adopted.key == "dead" and adopted.told == 12
     adopted.finish()
     assert set(study.user_attrs[resume.KEY]) == {"live", other.key}
-    again = resume.RunRecord(study, plan)  # the live worker's run is not taken over
+    again = resume.RunRecord(study, plan, trials)  # the live worker's run is not taken over
     assert not again.resumed and again.told == 0

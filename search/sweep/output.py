@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import csv
 import json
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
-from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.schema import DesignSpace, Scenario
-from deepstack.schema.loader import SUFFIXES
 from deepstack.search import pareto
-from deepstack.search.front_design import enrich
+from deepstack.search.front_design import enrich, named_nocs
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.study_front import one_per_objective_vector
 from deepstack.search.sweep.points import METRIC_COLUMNS
@@ -36,17 +33,6 @@ def front(rows: list[dict], objectives: list[str]) -> list[dict]:
     kept = [{**{o: r[OBJECTIVES[o][0]] for o in objectives}, **{k: v for k, v in r.items() if k != "_score"}}
             for r, keep in zip(feasible, mask, strict=True) if keep]
     return sorted(kept, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
-
-
-def named_nocs(rows: list[dict]) -> tuple[list[dict], dict[str, dict]]:
-    """The front rows with each NoC file named as the catalog names its presets, by the file's stem (as the design
-    ids do), instead of its path; and those NoCs' definitions, which pareto.json carries so that ``evaluate
-    --front`` rebuilds a row wherever the file has gone. Two files of one stem keep their paths."""
-    files = {r["noc"] for r in rows if str(r["noc"]).lower().endswith(SUFFIXES)}
-    stems = Counter(Path(f).stem for f in files)
-    names = {f: Path(f).stem for f in files if stems[Path(f).stem] == 1}
-    definitions = {names[f]: catalog.load("nocs", f).model_dump(mode="json") for f in sorted(names)}
-    return [{**r, "noc": names.get(r["noc"], r["noc"])} for r in rows], definitions
 
 
 def _csv_cells(rows: list[dict], names: list[str]):
