@@ -274,11 +274,20 @@ class Mirror:
             self.store.set_trial_state_values(queued._trial_id, optuna.trial.TrialState.FAIL)
 
     def reseed(self) -> None:
-        """A sampler seeded from the run's seed and the study's finished-trial count, before each batch: the
+        """Reseed the sampler from the run's seed and the study's finished-trial count, before each batch: the
         proposals of a batch then depend only on the seed and the trials before it, so a run resumed after an
-        interrupt proposes exactly what the uninterrupted run would have (no seed: left random)."""
-        if self.seed is not None:
-            derived = int(np.random.SeedSequence([self.seed, self.finished]).generate_state(1)[0])
+        interrupt proposes exactly what the uninterrupted run would have (no seed: left random). The sampler's
+        random states are reseeded in place, as a new sampler with that seed would hold them (NSGA-II keeps its
+        generation cache, rebuilt over every trial by a new one); a sampler without them is made anew."""
+        if self.seed is None:
+            return
+        derived = int(np.random.SeedSequence([self.seed, self.finished]).generate_state(1)[0])
+        sampler = self.memory.sampler
+        states = [getattr(sampler, "_rng", None), getattr(getattr(sampler, "_random_sampler", None), "_rng", None)]
+        if all(hasattr(state, "rng") for state in states):  # Optuna's LazyRandomState, as its constructors seed it
+            for state in states:
+                state.rng.seed(derived)
+        else:
             self.memory.sampler = _sampler(self.sampler_name, derived)
 
 
