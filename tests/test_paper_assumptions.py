@@ -266,3 +266,24 @@ def test_r19_r20_are_computed_from_the_noc_sweep_under_both_sets():
     assert effects[0]["paper_set"] >= 0  # a spread
     (r20,) = [r for r in rows if r["finding"] == "R20"]
     assert r20["what"].startswith("b4:") and r20["verdict"] in ("holds", "fails")
+
+
+def test_r22_compares_the_whole_schedule_space_with_tp_pp_dp_only():
+    """R22 on the baseline hardware: the whole space holds every TP/PP/DP-only schedule, so its best is never
+    worse (ratio ≥ 1); DeepSeek-V3 at b1024 has no TP/PP/DP-only schedule within 8 GiB per device (the weights
+    and the replicated MLA cache of tp·pp ≤ 256 do not fit), which the row says instead of a ratio."""
+    from deepstack.search.studies.paper_findings import parallelism_findings
+
+    class Context:
+        def param(self, key, default=None):
+            return {"workers": 1}.get(key, default)
+
+        def planned(self, tasks):
+            return lambda: None
+
+    deepseek, qwen = parallelism_findings(Context())
+    assert deepseek["paper_set"] == deepseek["default_set"] == "no TP/PP/DP-only schedule fits memory"
+    assert deepseek["verdict"] == "fails"
+    for key in ("paper_set", "default_set"):
+        assert qwen[key] >= 1.0
+    assert qwen["verdict"] == ("holds" if abs(qwen["paper_set"] / 2.31 - 1) <= 0.15 else "fails")

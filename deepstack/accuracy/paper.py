@@ -242,7 +242,8 @@ _BY_STUDY = (
     ("R18", "every thermally feasible design ≤ 0.8 W/mm²", "as stated", "thermal"),
     ("R19", "NoC bandwidth (traded against SMs) and hop latency, b4 / b1024", "as stated", "paper-findings"),
     ("R20", "one NoC level's bandwidth alone: L2 shrinks at no loss, L3 gains", "as stated", "paper-findings"),
-    ("R22", "full parallelism over TP/PP/DP, decode b1024: DeepSeek-V3 / Qwen3-235B", "5.03× / 2.31×", "ablation"),
+    ("R22", "full parallelism over TP/PP/DP, decode b1024: DeepSeek-V3 / Qwen3-235B", "5.03× / 2.31×",
+     "paper-findings"),
     ("R23", "the chip the search picks with and without EP", "as stated", "ablation"),
 )
 
