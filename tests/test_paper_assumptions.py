@@ -287,3 +287,21 @@ def test_r22_compares_the_whole_schedule_space_with_tp_pp_dp_only():
     for key in ("paper_set", "default_set"):
         assert qwen[key] >= 1.0
     assert qwen["verdict"] == ("holds" if abs(qwen["paper_set"] / 2.31 - 1) <= 0.15 else "fails")
+
+
+def test_r23_the_hardware_search_with_and_without_ep():
+    """R23 over two stackings: the best design with every schedule allowed, and with no schedule using EP. Under
+    the paper set at b1024, EP favours the shallower stack with more SMs (m = 6, 7 SMs) and leaving EP out the
+    deeper one (m = 9, 5 SMs: TP/PP alone need its capacity), within one layer of the paper's 7 and 8."""
+    from deepstack.search.studies.paper_findings import ep_hardware_findings
+
+    class Context:
+        def param(self, key, default=None):
+            return {"workers": 1, "m_values": [6, 9]}.get(key, default)
+
+        def planned(self, tasks):
+            return lambda: None
+
+    b1024, b4 = ep_hardware_findings(Context())
+    assert b1024["paper_set"] == "with EP m = 6, 7 SMs; without m = 9, 5 SMs" and b1024["verdict"] == "holds"
+    assert b4["what"].startswith("b4:") and b4["verdict"] in ("holds", "fails")

@@ -244,7 +244,7 @@ _BY_STUDY = (
     ("R20", "one NoC level's bandwidth alone: L2 shrinks at no loss, L3 gains", "as stated", "paper-findings"),
     ("R22", "full parallelism over TP/PP/DP, decode b1024: DeepSeek-V3 / Qwen3-235B", "5.03× / 2.31×",
      "paper-findings"),
-    ("R23", "the chip the search picks with and without EP", "as stated", "ablation"),
+    ("R23", "the chip the search picks with and without EP", "as stated", "paper-findings"),
 )
 
 

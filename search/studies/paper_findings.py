@@ -157,6 +157,44 @@ def parallelism_findings(ctx: StudyContext) -> list[dict]:
     return out
 
 
+# R23 (§5.6): leaving EP out misleads the hardware search. DeepSeek-V3 decode on WGMMA / TMS1, m = n searched: at
+# b1024 the paper's search picks 7 layers with EP and 8 without; at b4, 10 with EP and 7 without (± 1 accepted)
+R23 = ((1024, 7, 8), (4, 10, 7))
+
+
+def _without_ep(candidate) -> bool:
+    return "ep=" not in candidate.schedule
+
+
+def ep_hardware_findings(ctx: StudyContext) -> list[dict]:
+    """R23: the m = n (and its SMs) of the best design when every schedule may use EP, and when none may."""
+    layers = [int(m) for m in ctx.param("m_values", list(range(1, 11)))]
+    tasks = [PointTask(Hardware("wgmma", "tms1", m, m), build_scenario("deepseek-v3", "decode", batch, 1024, 1024,
+                                                                       None, assumptions=name),
+                       ("flat", "per_module"), max_pp=4)
+             for batch, _, _ in R23 for name in SETS for m in layers]
+    results = iter(run_tasks(tasks, ctx.param("workers", 2), ctx.planned(len(tasks))))
+    out = []
+    for batch, with_ep, without_ep in R23:
+        picks = {}
+        for name in SETS:
+            points = [next(results) for _ in layers]
+            picked = []
+            for keep in (None, _without_ep):
+                best = max(((r.best(keep=keep), r) for r in points if r.best(keep=keep)),
+                           key=lambda pair: pair[0].value("stps"), default=(None, None))[1]
+                picked.append(best and f"m = {best.hardware.stacked_layers}, {best.pes_per_device} SMs")
+            picks[name] = picked
+        ours = {f"{n}_set": f"with EP {p[0]}; without {p[1]}" for n, p in picks.items()}
+        found = [int(text.split(",")[0].removeprefix("m = ")) if text else None for text in picks["paper"]]
+        holds = all(m is not None and abs(m - want) <= 1 for m, want in zip(found, (with_ep, without_ep),
+                                                                            strict=True))
+        out.append({"finding": "R23", "what": f"b{batch}: the m = n the search picks with EP and without",
+                    "paper": f"with EP m = {with_ep}; without m = {without_ep}", **ours,
+                    "verdict": "holds" if holds else "fails"})
+    return out
+
+
 @runner("paper_findings")
 def paper_findings(ctx: StudyContext) -> None:
     """Table 4 configuration by configuration, the findings the accuracy check computes and R13/R17, each under
@@ -167,7 +205,7 @@ def paper_findings(ctx: StudyContext) -> None:
     done = ctx.planned(1)  # the accuracy check, as one task
     result = paper_accuracy()
     done()
-    computed = stacking_findings(ctx) + noc_findings(ctx) + parallelism_findings(ctx)
+    computed = stacking_findings(ctx) + noc_findings(ctx) + parallelism_findings(ctx) + ep_hardware_findings(ctx)
     findings = [f for f in result["findings"] if f["finding"] not in {c["finding"] for c in computed}] + computed
     ctx.write_csv("points.csv", result["table4"])
     summary = result["summary"]
