@@ -48,9 +48,10 @@ from deepstack.models.evaluate import evaluate
 from deepstack.models.gpu import uses_graphs
 from deepstack.models.gpu.host import TRITON_LAUNCH_S
 from deepstack.models.gpu.kernels import step_kernels
+from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS
 from deepstack.schema import Scenario, Schedule
 
-MAX_NUM_SEQS = 1024  # vLLM's default concurrency cap on GPUs with ≥ 70 GiB (vllm/engine/arg_utils.py)
+MAX_NUM_SEQS = VLLM_MAX_NUM_SEQS  # vLLM's default concurrency cap on GPUs with ≥ 70 GiB (vllm/engine/arg_utils.py)
 # (GPU, how many) as a reference file's hardware column names them → the catalog system that is that machine
 GPU_SYSTEMS = {("b200", 8): "dgx-b200", ("h100", 8): "dgx-h100", ("h200", 8): "dgx-h200",
                ("mi325x", 4): "mi325x-4", ("mi325x", 8): "mi325x-8"}
@@ -295,8 +296,13 @@ def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
 def serving_accuracy(path: Path | None = None, progress=None) -> dict[str, Any]:
     """Every row against the model with its system's shipped constants, and the scores (plain data for JSON);
     ``progress(done, total)`` after each row."""
+    from deepstack.accuracy import prefill
+
     failures: list[dict[str, Any]] = []
-    rows = modelled_rows(path, failures, progress)
+    file = path or reference_path()
+    with_prefill = prefill.has_prefill(file)
+    passes = 2 if with_prefill else 1  # decode rows, then prefill rows
+    rows = modelled_rows(path, failures, progress and (lambda done, total: progress(done, passes * total)))
     if not rows:
         raise UserInputError(f"reference file: no row of {path or reference_path()} is feasible on its system: "
                              f"{failures[0]['problem'] if failures else 'the file has no rows'}")
@@ -312,6 +318,8 @@ def serving_accuracy(path: Path | None = None, progress=None) -> dict[str, Any]:
                   "measured_step_ms": 1e3 * r.batch / r.measured_tps,
                   "model_step_ms": 1e3 * r.batch / r.predicted_tps(*r.constants),
                   "model_tps": r.predicted_tps(*r.constants), "error_pct": 100 * r.error()} for r in rows],
+        **({"prefill": prefill.prefill_accuracy(file, progress and (
+            lambda done, total: progress(total + done, 2 * total)))} if with_prefill else {}),
     }
 
 

@@ -65,7 +65,7 @@ def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
         latency = fixed_timing("fused_moe_latency", gpu.moe_call_latency_us * 1e-6, "launch")
         rows.append(OpRow("moe", layers["moe"], latency))
     work_s = sum(r.count * r.nominal_s for r in rows)
-    kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8)
+    kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8, scenario.phase == "prefill")
     rows += host_rows(gpu, kernels, work_s, uses_graphs(gpu, scenario, point.schedule))
     return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
 
