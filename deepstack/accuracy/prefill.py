@@ -58,17 +58,20 @@ def has_prefill(path) -> bool:
     return bool(rows) and SYSTEM_COLUMN in rows[0]
 
 
-def modelled_rows(path, failures: list[dict[str, Any]], progress=None) -> list[PrefillRow]:
-    """The rows of ``path`` with a system prefill rate, each modelled (infeasible runs go to ``failures``)."""
+def modelled_rows(path, failures: list[dict[str, Any]], progress=None, model: str | None = None,
+                  constants: tuple[float, float] | None = None) -> list[PrefillRow]:
+    """The rows of ``path`` with a system prefill rate (only ``model``'s when given), each modelled with its
+    system's shipped constants or with ``constants`` (host_step_us, eager_op_us); infeasible runs go to
+    ``failures``."""
     from deepstack.accuracy import serving
 
     raws = read_csv(path)
     out = []
     for number, raw in enumerate(raws, start=2):
         text = serving._cell(raw, SYSTEM_COLUMN)
-        if text:
+        if text and (model is None or _model(raw) == model):
             try:
-                row, violations = _modelled_row(raw, float(text))
+                row, violations = _modelled_row(raw, float(text), constants)
             except (KeyError, ValueError) as exc:
                 raise UserInputError(f"reference file: line {number}: {exc}") from None
             if violations:
@@ -81,21 +84,32 @@ def modelled_rows(path, failures: list[dict[str, Any]], progress=None) -> list[P
     return out
 
 
-def _modelled_row(raw: dict[str, str], measured: float) -> tuple[PrefillRow, str]:
+def _model(raw: dict[str, str]) -> str:
+    from deepstack.accuracy import serving
+
+    return serving._cell(raw, "catalog_model") or serving.model_name(serving._cell(raw, "model"))
+
+
+def _modelled_row(raw: dict[str, str], measured: float,
+                  constants: tuple[float, float] | None = None) -> tuple[PrefillRow, str]:
     from deepstack.accuracy import serving
 
     if not measured > 0:
         raise ValueError(f"{SYSTEM_COLUMN} is {measured!r}; it must be a positive throughput (tokens/s)")
     system_id = serving.system_name(raw)
     system = load("systems", system_id)
-    model = serving._cell(raw, "catalog_model") or serving.model_name(serving._cell(raw, "model"))
+    chip = system.architecture
+    if constants is not None:
+        gpu = chip.gpu.model_copy(update={"host_step_us": constants[0], "eager_op_us": constants[1]})
+        chip = chip.model_copy(update={"gpu": gpu})
+    model = _model(raw)
     batch, graphs = int(serving._cell(raw, "batch")), serving._cell(raw, "cuda_graphs").lower() == "true"
     scenario = Scenario(model=model, phase="prefill", batch=batch, input_len=int(serving._cell(raw, "input_len")),
                         output_len=int(serving._cell(raw, "output_len")), cuda_graphs=graphs,
                         precision=serving._cell(raw, "precision") or None)
     sizes = {key: int(serving._cell(raw, key) or 1) for key in ("tp", "ep", "dp", "pp")}
     parallel = serving.vllm_schedule(**sizes, moe=scenario.model.moe is not None)
-    point = DesignPoint(chip=system.architecture, scenario=scenario, schedule=Schedule.parse(parallel),
+    point = DesignPoint(chip=chip, scenario=scenario, schedule=Schedule.parse(parallel),
                         network=system.network)
     report = evaluate(point, with_ttft=False, breakdown=False)
     user = serving._cell(raw, USER_COLUMN)

@@ -278,8 +278,14 @@ def calibrate(rows: list[Row]) -> tuple[float, float]:
     return host, op
 
 
-def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
-    """Leave one model out: the constants calibrated on one model's rows, scored on the other's."""
+def cross_validate(rows: list[Row], path: Path | None = None) -> list[dict[str, Any]]:
+    """Leave one model out: the constants calibrated on one model's decode rows, scored on the other's decode
+    rows and, where the file has prefill rates, on its prefill rows (the prefill is re-modelled with those
+    constants: they enter each prefill step too; :mod:`.prefill`)."""
+    from deepstack.accuracy import prefill
+
+    file = path or reference_path()
+    with_prefill = prefill.has_prefill(file)
     out = []
     for held_out in sorted({r.model for r in rows}):
         train = [r for r in rows if r.model != held_out]
@@ -290,6 +296,9 @@ def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
                     "mape_pct": mape_pct(test, constants),
                     "graphs_mape_pct": mape_pct([r for r in test if r.graphs], constants),
                     "eager_mape_pct": mape_pct([r for r in test if not r.graphs], constants), "rows": len(test)})
+        if with_prefill:
+            held = prefill.modelled_rows(file, [], model=held_out, constants=constants)
+            out[-1]["prefill_mape_pct"] = prefill.mape_pct([r.error() for r in held])
     return out
 
 
