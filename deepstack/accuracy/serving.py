@@ -1,5 +1,6 @@
 """Accuracy of the GPU serving model against measured vLLM decode (``validation/vllm_b200.csv``, or any file of
-the same columns given with ``deepstack accuracy serving --reference FILE``).
+the same columns given with ``deepstack accuracy serving --reference FILE``); a file's prefill columns are scored
+by :mod:`.prefill` beside it.
 
 Every row is one vLLM benchmark run (its GPUs, model, parallel sizes, input and output lengths, batch B, CUDA
 graphs or eager). :func:`serving_accuracy` models it as ``deepstack evaluate --system S --model M --parallel P
