@@ -335,32 +335,36 @@ def serving_accuracy(path: Path | None = None, progress=None) -> dict[str, Any]:
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
     """A PNG panel per model (per system and model when several): measured and modelled system decode
-    throughput against batch, graphs and eager."""
+    throughput against batch, graphs and eager; below it the same for the system prefill rate when the file has
+    one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = sorted({r["label"] for r in result["rows"]})
-    fig, axes = plt.subplots(1, len(models), squeeze=False, figsize=(5.5 * len(models), 4))
-    for ax, model in zip(axes[0], models, strict=True):
-        for mode, colour in (("graphs", "C0"), ("eager", "C1")):
-            rows = sorted((r for r in result["rows"] if r["label"] == model and r["mode"] == mode),
-                          key=lambda r: r["batch"])
-            ax.plot([r["batch"] for r in rows], [r["measured_tps"] for r in rows], "o", color=colour,
-                    label=f"vLLM {mode}")
-            ax.plot([r["batch"] for r in rows], [r["model_tps"] for r in rows], "-", color=colour,
-                    label=f"model {mode}")
-        score = result["scores"]
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.minorticks_off()
-        ax.set_xlabel("batch")
-        ax.set_ylabel("system decode tokens/s")
-        mapes = ", ".join(f"{mode} {score[f'{model} {mode}']['mape_pct']:.1f} %" for mode in ("graphs", "eager")
-                          if f"{model} {mode}" in score)
-        ax.set_title(f"{model} on {result['system']} ({result['parallel']}): MAPE {mapes}", fontsize=9)
-        ax.legend(fontsize=7)
+    panels = [("decode", result["rows"], result["scores"])]
+    if "prefill" in result:
+        panels.append(("prefill", result["prefill"]["rows"], result["prefill"]["scores"]))
+    fig, axes = plt.subplots(len(panels), len(models), squeeze=False, figsize=(5.5 * len(models), 4 * len(panels)))
+    for line, (phase, rows_of, score) in zip(axes, panels, strict=True):
+        for ax, model in zip(line, models, strict=True):
+            for mode, colour in (("graphs", "C0"), ("eager", "C1")):
+                rows = sorted((r for r in rows_of if r["label"] == model and r["mode"] == mode),
+                              key=lambda r: r["batch"])
+                ax.plot([r["batch"] for r in rows], [r["measured_tps"] for r in rows], "o", color=colour,
+                        label=f"vLLM {mode}")
+                ax.plot([r["batch"] for r in rows], [r["model_tps"] for r in rows], "-", color=colour,
+                        label=f"model {mode}")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.minorticks_off()
+            ax.set_xlabel("batch")
+            ax.set_ylabel(f"system {phase} tokens/s")
+            mapes = ", ".join(f"{mode} {score[f'{model} {mode}']['mape_pct']:.1f} %" for mode in ("graphs", "eager")
+                              if f"{model} {mode}" in score)
+            ax.set_title(f"{model} {phase} on {result['system']} ({result['parallel']}): MAPE {mapes}", fontsize=9)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=90)
     plt.close(fig)
