@@ -123,3 +123,14 @@ def test_3d_chips_keep_the_operator_models_prefill():
                           connected_layers=4, parallel="tp=8", phase="prefill", batch=16, breakdown=False)
     m = report.metrics
     assert m.stps == pytest.approx(16 * 1024 / m.ttft_s) and m.utps == pytest.approx(1024 / m.ttft_s)
+
+
+def test_a_prompt_longer_than_the_budget_is_one_slice_per_step():
+    # 32,768 tokens, budget 8,192: four steps, each a chunk of 8,192 tokens at the prompt's mean context (the
+    # operator model's chunks of the same prompt), so the TTFT is that chunked prefill's time
+    scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=1, input_len=32768, prefill_chunk_tokens=8192)
+    assert wave(1, 32768, 1024, 8192, 1024) == (Run(Step(8192, 1, 0, 0), 3), Run(Step(8192, 1, 0, 1), 1))
+    point, dev = _point(scenario)
+    chunked = _gpu_step(point, dev, scenario)
+    assert chunked.microbatches == 4
+    assert evaluate(point, with_ttft=False).metrics.ttft_s == pytest.approx(chunked.time_at(1.0), rel=1e-9)

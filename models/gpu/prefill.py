@@ -86,7 +86,10 @@ def _prefill_wave(point, scenario, step_phase) -> Wave:
     for run in runs:
         step = step_scenario(run, scenario, gpu.graph_max_batch)
         if step not in timed:
-            timed[step] = step_phase(step)
+            phase = step_phase(step)
+            if phase.microbatches > 1:  # a long prompt's slices: one of them (at their mean context) per step
+                phase = PhaseResult(phase.parts, s.pp, 1, phase.stage)
+            timed[step] = phase
         steps.append((run, timed[step]))
     repeats: dict[int, list] = {}  # id of a step's phase → [phase, steps timed by it]
     for run, phase in steps:
@@ -99,10 +102,14 @@ def _prefill_wave(point, scenario, step_phase) -> Wave:
 def step_scenario(run: Run, scenario, graph_max: int):
     """The scenario that times one step of ``run``: a decode of its tokens when it has no prompt tokens or, with
     CUDA graphs, fits the largest graph; otherwise a prefill chunk of its tokens (as many requests as it has
-    prompts, the tokens spread evenly over them)."""
+    prompts, the tokens spread evenly over them). A prompt longer than the budget is cut into slices that attend
+    to the slices before them: such a step is one request's prefill in chunks of the budget, each chunk timed at
+    the prompt's mean context (:func:`~deepstack.models.parallel.memory.prefill_chunks`), one chunk per step."""
     step = run.step
     if step.prefill_tokens == 0 or (scenario.cuda_graphs and step.tokens <= graph_max):
         return scenario.model_copy(update={"phase": "decode", "batch": step.tokens})
+    if scenario.prefill_chunk_tokens and scenario.input_len > scenario.prefill_chunk_tokens:
+        return scenario.model_copy(update={"phase": "prefill", "batch": 1})
     requests = max(1, step.prefill_requests)
     tokens = math.ceil(step.tokens / requests)
     return scenario.model_copy(update={"phase": "prefill", "batch": requests, "input_len": tokens,
