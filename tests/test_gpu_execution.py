@@ -136,3 +136,15 @@ def test_vllm_expert_parallelism_inside_the_tp_group_all_reduces_instead_of_all_
     flat = evaluate(model="deepseek-v3", system="dgx-b200", parallel="tp=8", phase="decode", batch=64,
                     with_ttft=False)
     assert set(_comm_rows(flat, "moe")) == {"attn_tp_allreduce", "ffn_tp_allreduce"}
+
+
+def test_a_batch_that_does_not_divide_the_expert_replicas_evaluates():
+    from deepstack.api import evaluate
+
+    # attention TP8, experts EP8: 6 requests split 6 : 1 between the modules; the boundary all-gather spans the next
+    # group the 8 devices split into (it raised "layout degrees multiply to 6" before). A prefill wave meets such
+    # steps (6 prompts in a step) at every batch size
+    for phase in ("decode", "prefill"):
+        report = evaluate(model="qwen3-235b-a22b", system="dgx-h200", parallel="attn:tp=8;moe:ep=8", phase=phase,
+                          batch=6, with_ttft=False, breakdown=False)
+        assert report.metrics.stps > 0
