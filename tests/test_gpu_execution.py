@@ -11,6 +11,7 @@ from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.schema import Scenario, Schedule
 
 B200 = load("systems", "dgx-b200").architecture.gpu
+B200_NETWORK = load("systems", "dgx-b200").network
 NVLINK5_Bps = 900e9
 
 
@@ -148,3 +149,17 @@ def test_a_batch_that_does_not_divide_the_expert_replicas_evaluates():
         report = evaluate(model="qwen3-235b-a22b", system="dgx-h200", parallel="attn:tp=8;moe:ep=8", phase=phase,
                           batch=6, with_ttft=False, breakdown=False)
         assert report.metrics.stps > 0
+
+
+def test_nccl_rings_use_all_of_a_gpus_links():
+    from deepstack.models.gpu.collectives import gpu_link_Bps
+
+    # NVLink into the NVSwitches: the level's per-GPU bandwidth; a fully connected MI325X platform: one Infinity
+    # Fabric link (64 GB/s each way) to each peer, all of them carrying rings
+    assert gpu_link_Bps(B200_NETWORK) == pytest.approx(900e9)
+    assert gpu_link_Bps(load("systems", "mi325x-8").network) == pytest.approx(7 * 64e9)
+    assert gpu_link_Bps(load("systems", "mi325x-4").network) == pytest.approx(3 * 64e9)
+    mi = load("systems", "mi325x-8").architecture.gpu
+    # 16 MiB (above the 8 MiB custom kernel): 7.2 µs + 1.75 × 16 MiB / (0.82 × 448 GB/s)
+    size = 16 * 1024 * 1024
+    assert allreduce_time_s(mi, size, 8, 7 * 64e9) == pytest.approx(7.2e-6 + 1.75 * size / (0.82 * 448e9))
