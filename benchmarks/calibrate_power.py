@@ -92,7 +92,7 @@ def a100_system():
     dram = arch.device.dram.model_copy(update={"stack_bw_GBps": 2039 / 5})
     device = arch.device.model_copy(update={"area_mm2": 826.0, "pes": 108, "l2_MiB": 40, "dram": dram})
     chip = arch.model_copy(update={"name": "a100-sxm", "process_nm": 7, "clock_GHz": 1.41, "tdp_W": 400.0,
-                                   "pe": pe, "device": device})
+                                   "pe": pe, "device": device, "gpu": None})  # dense GEMM, not a serving wave
     level = net.levels[0].model_copy(update={"link_bw_GBps": 300.0})
     network = net.model_copy(update={"name": "dgx-a100-fabric", "device_area_mm2": 826.0, "levels": (level,)})
     return chip, network
@@ -100,7 +100,12 @@ def a100_system():
 
 def prefill_point(chip, network, batch: int, schedule: str, **hardware) -> DesignPoint:
     """Prefill of ``batch`` prompts on this hardware under ``schedule`` (data-parallel replicas, each running
-    whole-layer GEMMs: the best-STPS schedules ``deepstack evaluate`` finds for these points)."""
+    whole-layer GEMMs: the best-STPS schedules ``deepstack evaluate`` finds for these points). A GPU's ``gpu``
+    table is dropped: an anchor is the board under sustained dense GEMM, the operator model's pass, not vLLM's
+    prefill wave (docs/model.md §GPU prefill), whose first steps, host launches and kernel gaps leave the GPU idle
+    part of the time."""
+    if getattr(chip, "gpu", None) is not None:
+        chip = chip.model_copy(update={"gpu": None})
     scenario = build_scenario(MODEL, "prefill", batch, INPUT_LEN, 1, None)
     return DesignPoint(chip=chip, scenario=scenario, network=network, schedule=Schedule.parse(schedule), **hardware)
 

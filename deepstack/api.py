@@ -517,17 +517,23 @@ def _paper_summary() -> list[dict[str, Any]]:
 
 
 def _serving_summary() -> list[dict[str, Any]]:
-    """The serving check's rows of ``accuracy all``: MAPE (in the weighted column's place) per model and mode."""
-    scores = serving_accuracy()["scores"]
-    return [{"check": "serving", "family": key, "weighted_pct": None, "median_pct": None,
+    """The serving check's rows of ``accuracy all``: MAPE per model and mode of the decode rate, and per model of
+    the prefill rate."""
+    result = serving_accuracy()
+    rows = [{"check": "serving", "family": key, "weighted_pct": None, "median_pct": None,
              "mape_pct": score["mape_pct"], "rows": score["rows"], "failures": 0}
-            for key, score in scores.items() if " " in key or key in ("graphs", "eager")]
+            for key, score in result["scores"].items() if " " in key or key in ("graphs", "eager")]
+    prefill = result.get("prefill", {"scores": {}, "failures": []})
+    return rows + [{"check": "serving", "family": f"prefill {key}", "weighted_pct": None, "median_pct": None,
+                    "mape_pct": score["mape_pct"], "rows": score["rows"], "failures": len(prefill["failures"])}
+                   for key, score in prefill["scores"].items()
+                   if key not in ("all", "graphs", "eager") and not key.endswith((" graphs", " eager"))]
 
 
 def serving_accuracy(*, plot: str | None = None, reference: str | None = None, progress=None) -> dict[str, Any]:
-    """The GPU serving model against measured vLLM decode on 8×B200 (``validation/vllm_b200.csv``, or the file
-    ``reference`` in its format: any catalog GPU system and model); with ``plot``, also a PNG of predicted vs
-    measured throughput written there (its folder must exist)."""
+    """The GPU serving model against measured vLLM decode and prefill on 8×B200 (``validation/vllm_b200.csv``, or
+    the file ``reference`` in its format: any catalog GPU system and model); with ``plot``, also a PNG of predicted
+    vs measured throughput written there (its folder must exist)."""
     from deepstack.accuracy import serving
 
     _check_plot_folder(plot)

@@ -760,8 +760,9 @@ def accuracy_serving(
     reference: ReferenceOption = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Compare the GPU serving model with measured vLLM decode on 8×B200 (validation/vllm_b200.csv): MAPE of the
-    system decode throughput per model and mode (CUDA graphs, eager). A report: exits 0 whatever the errors.
+    """Compare the GPU serving model with measured vLLM decode and prefill on 8×B200 (validation/vllm_b200.csv):
+    MAPE of the system decode throughput per model and mode (CUDA graphs, eager), and of the system prefill
+    throughput where the file has it. A report: exits 0 whatever the errors.
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
@@ -778,6 +779,16 @@ def accuracy_serving(
                  [{"group": key, **score} for key, score in result["scores"].items()], ["group", "mape_pct", "rows"])
     report.table("rows", result["rows"], ["label", "parallel", "mode", "batch", "measured_tps", "model_tps",
                                           "measured_step_ms", "model_step_ms", "error_pct"])
+    if "prefill" in result:
+        prefill = result["prefill"]
+        report.table("MAPE of the system prefill throughput (%; user: of the mean per-request prefill speed)",
+                     [{"group": key, **score} for key, score in prefill["scores"].items()],
+                     ["group", "mape_pct", "user_mape_pct", "rows"])
+        report.table("prefill rows", prefill["rows"], ["label", "mode", "batch", "measured_tps", "model_tps",
+                                                       "measured_ttft_ms", "model_ttft_ms", "error_pct",
+                                                       "user_error_pct"])
+        if prefill["failures"]:
+            report.table(f"prefill failures: {len(prefill['failures'])} rows", prefill["failures"])
     _failures_and_plot(result, plot)
 
 

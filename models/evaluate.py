@@ -20,6 +20,7 @@ from deepstack.models import assumptions, dvfs, reporting, thermal
 from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
+from deepstack.models.gpu.prefill import Wave, prefill_wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
 from deepstack.models.pipeline import run_phase, serialised
@@ -81,12 +82,11 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
-    main = _on_device(point, timed_on, scenario, run_phase(point, timed_on, scenario), overlap)
+    main = _on_device(point, timed_on, scenario, overlap)
     scale, step_s, power_w = dvfs.clock_scale(main, dev, coefficients, noc_J_per_B, devices)
     if scenario.phase == "decode" and with_ttft:
         prefill = scenario.model_copy(update={"phase": "prefill"})
-        first = _on_device(point, timed_on, prefill, run_phase(point, timed_on, prefill), overlap)
-        ttft_s = first.time_at(scale)
+        ttft_s = _on_device(point, timed_on, prefill, overlap).time_at(scale)
     elif scenario.phase == "decode":
         ttft_s = math.nan
     else:
@@ -95,8 +95,9 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     requests = scenario.batch  # real requests only: a replica's padding serves no one (docs/model.md §13)
     if scenario.phase == "decode":
         stps, utps = requests / step_s, 1.0 / step_s
-    else:
-        stps, utps = requests * scenario.input_len / step_s, scenario.input_len / step_s
+    else:  # a GPU's prefill is a wave of vLLM steps: per user, the mean over requests of input tokens / TTFT
+        stps = requests * scenario.input_len / step_s
+        utps = main.user_tps(scale) if isinstance(main, Wave) else scenario.input_len / step_s
     idle = idle_devices(s, scenario.batch, devices)
     system_power_w = power_w * (devices - idle) + thermal.static_power_w(dev.tdp_W) * idle
     layers = dev.dram.stacked_layers if dev.is_3d else 0
@@ -146,10 +147,20 @@ def idle_devices(schedule: Schedule, batch: int, devices: int) -> int:
     return (copies - min(copies, batch)) * (devices // copies)
 
 
-def _on_device(point: DesignPoint, dev, scenario, phase, overlap: bool):
-    """The phase as the device runs it: serialised without overlap; a decode step on a real GPU (a chip with a
-    ``gpu`` table) serialised and with the GPU's execution terms (docs/model.md §GPU execution: validated on
-    decode; a prefill keeps the operator model); otherwise as timed."""
-    if point.chip.gpu is not None and scenario.phase == "decode":
-        return gpu_phase(serialised(phase, point.schedule, dev, scenario), point, dev, scenario)
-    return phase if overlap else serialised(phase, point.schedule, dev, scenario)
+def _on_device(point: DesignPoint, dev, scenario, overlap: bool):
+    """The phase as the device runs it. On a real GPU (a chip with a ``gpu`` table; docs/model.md §GPU execution)
+    a decode step is serialised and pays the GPU's execution terms, and a prefill is the wave of vLLM steps that
+    serves the batch (:func:`~deepstack.models.gpu.prefill.prefill_wave`), each step timed so. Otherwise the
+    phase as timed, serialised without overlap."""
+    if point.chip.gpu is None:
+        phase = run_phase(point, dev, scenario)
+        return phase if overlap else serialised(phase, point.schedule, dev, scenario)
+    if scenario.phase == "prefill":
+        return prefill_wave(point, dev, scenario, lambda step: _gpu_step(point, dev, step))
+    return _gpu_step(point, dev, scenario)
+
+
+def _gpu_step(point: DesignPoint, dev, scenario):
+    """One step of ``scenario`` on a real GPU: serialised, with the GPU's execution terms."""
+    phase = run_phase(point, dev, scenario)
+    return gpu_phase(serialised(phase, point.schedule, dev, scenario), point, dev, scenario)

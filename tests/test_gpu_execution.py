@@ -11,6 +11,7 @@ from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.schema import Scenario, Schedule
 
 B200 = load("systems", "dgx-b200").architecture.gpu
+B200_NETWORK = load("systems", "dgx-b200").network
 NVLINK5_Bps = 900e9
 
 
@@ -136,3 +137,29 @@ def test_vllm_expert_parallelism_inside_the_tp_group_all_reduces_instead_of_all_
     flat = evaluate(model="deepseek-v3", system="dgx-b200", parallel="tp=8", phase="decode", batch=64,
                     with_ttft=False)
     assert set(_comm_rows(flat, "moe")) == {"attn_tp_allreduce", "ffn_tp_allreduce"}
+
+
+def test_a_batch_that_does_not_divide_the_expert_replicas_evaluates():
+    from deepstack.api import evaluate
+
+    # attention TP8, experts EP8: 6 requests split 6 : 1 between the modules; the boundary all-gather spans the next
+    # group the 8 devices split into (it raised "layout degrees multiply to 6" before). A prefill wave meets such
+    # steps (6 prompts in a step) at every batch size
+    for phase in ("decode", "prefill"):
+        report = evaluate(model="qwen3-235b-a22b", system="dgx-h200", parallel="attn:tp=8;moe:ep=8", phase=phase,
+                          batch=6, with_ttft=False, breakdown=False)
+        assert report.metrics.stps > 0
+
+
+def test_nccl_rings_use_all_of_a_gpus_links():
+    from deepstack.models.gpu.collectives import gpu_link_Bps
+
+    # NVLink into the NVSwitches: the level's per-GPU bandwidth; a fully connected MI325X platform: one Infinity
+    # Fabric link (64 GB/s each way) to each peer, all of them carrying rings
+    assert gpu_link_Bps(B200_NETWORK) == pytest.approx(900e9)
+    assert gpu_link_Bps(load("systems", "mi325x-8").network) == pytest.approx(7 * 64e9)
+    assert gpu_link_Bps(load("systems", "mi325x-4").network) == pytest.approx(3 * 64e9)
+    mi = load("systems", "mi325x-8").architecture.gpu
+    # 16 MiB (above the 8 MiB custom kernel): 7.2 µs + 1.75 × 16 MiB / (0.82 × 448 GB/s)
+    size = 16 * 1024 * 1024
+    assert allreduce_time_s(mi, size, 8, 7 * 64e9) == pytest.approx(7.2e-6 + 1.75 * size / (0.82 * 448e9))

@@ -1,8 +1,8 @@
 """Accuracy checks: the models compared with measured or simulated reference data shipped in ``validation/``.
 
 :mod:`.network` compares the collective model with packet-level simulation (``deepstack accuracy network``);
-:mod:`.serving` compares the GPU serving model with measured vLLM decode on 8×B200 (``deepstack accuracy
-serving``).
+:mod:`.serving` compares the GPU serving model with measured vLLM decode on 8×B200 and :mod:`.prefill` with the
+same runs' prefill rates (``deepstack accuracy serving``).
 
 ``CROSS_VALIDATIONS`` lists the generalisation checks ``deepstack accuracy cross-validate`` prints: each entry is
 (name, a function returning rows of plain data, each with ``check``, ``calibrated_on``, ``predicted``,

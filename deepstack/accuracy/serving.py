@@ -1,5 +1,6 @@
 """Accuracy of the GPU serving model against measured vLLM decode (``validation/vllm_b200.csv``, or any file of
-the same columns given with ``deepstack accuracy serving --reference FILE``).
+the same columns given with ``deepstack accuracy serving --reference FILE``); a file's prefill columns are scored
+by :mod:`.prefill` beside it.
 
 Every row is one vLLM benchmark run (its GPUs, model, parallel sizes, input and output lengths, batch B, CUDA
 graphs or eager). :func:`serving_accuracy` models it as ``deepstack evaluate --system S --model M --parallel P
@@ -48,9 +49,10 @@ from deepstack.models.evaluate import evaluate
 from deepstack.models.gpu import uses_graphs
 from deepstack.models.gpu.host import TRITON_LAUNCH_S
 from deepstack.models.gpu.kernels import step_kernels
+from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS
 from deepstack.schema import Scenario, Schedule
 
-MAX_NUM_SEQS = 1024  # vLLM's default concurrency cap on GPUs with ≥ 70 GiB (vllm/engine/arg_utils.py)
+MAX_NUM_SEQS = VLLM_MAX_NUM_SEQS  # vLLM's default concurrency cap on GPUs with ≥ 70 GiB (vllm/engine/arg_utils.py)
 # (GPU, how many) as a reference file's hardware column names them → the catalog system that is that machine
 GPU_SYSTEMS = {("b200", 8): "dgx-b200", ("h100", 8): "dgx-h100", ("h200", 8): "dgx-h200",
                ("mi325x", 4): "mi325x-4", ("mi325x", 8): "mi325x-8"}
@@ -277,8 +279,14 @@ def calibrate(rows: list[Row]) -> tuple[float, float]:
     return host, op
 
 
-def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
-    """Leave one model out: the constants calibrated on one model's rows, scored on the other's."""
+def cross_validate(rows: list[Row], path: Path | None = None) -> list[dict[str, Any]]:
+    """Leave one model out: the constants calibrated on one model's decode rows, scored on the other's decode
+    rows and, where the file has prefill rates, on its prefill rows (the prefill is re-modelled with those
+    constants: they enter each prefill step too; :mod:`.prefill`)."""
+    from deepstack.accuracy import prefill
+
+    file = path or reference_path()
+    with_prefill = prefill.has_prefill(file)
     out = []
     for held_out in sorted({r.model for r in rows}):
         train = [r for r in rows if r.model != held_out]
@@ -289,14 +297,22 @@ def cross_validate(rows: list[Row]) -> list[dict[str, Any]]:
                     "mape_pct": mape_pct(test, constants),
                     "graphs_mape_pct": mape_pct([r for r in test if r.graphs], constants),
                     "eager_mape_pct": mape_pct([r for r in test if not r.graphs], constants), "rows": len(test)})
+        if with_prefill:
+            held = prefill.modelled_rows(file, [], model=held_out, constants=constants)
+            out[-1]["prefill_mape_pct"] = prefill.mape_pct([r.error() for r in held])
     return out
 
 
 def serving_accuracy(path: Path | None = None, progress=None) -> dict[str, Any]:
     """Every row against the model with its system's shipped constants, and the scores (plain data for JSON);
     ``progress(done, total)`` after each row."""
+    from deepstack.accuracy import prefill
+
     failures: list[dict[str, Any]] = []
-    rows = modelled_rows(path, failures, progress)
+    file = path or reference_path()
+    with_prefill = prefill.has_prefill(file)
+    passes = 2 if with_prefill else 1  # decode rows, then prefill rows
+    rows = modelled_rows(path, failures, progress and (lambda done, total: progress(done, passes * total)))
     if not rows:
         raise UserInputError(f"reference file: no row of {path or reference_path()} is feasible on its system: "
                              f"{failures[0]['problem'] if failures else 'the file has no rows'}")
@@ -312,37 +328,43 @@ def serving_accuracy(path: Path | None = None, progress=None) -> dict[str, Any]:
                   "measured_step_ms": 1e3 * r.batch / r.measured_tps,
                   "model_step_ms": 1e3 * r.batch / r.predicted_tps(*r.constants),
                   "model_tps": r.predicted_tps(*r.constants), "error_pct": 100 * r.error()} for r in rows],
+        **({"prefill": prefill.prefill_accuracy(file, progress and (
+            lambda done, total: progress(total + done, 2 * total)))} if with_prefill else {}),
     }
 
 
 def plot(result: dict[str, Any], path: str | Path) -> Path:
     """A PNG panel per model (per system and model when several): measured and modelled system decode
-    throughput against batch, graphs and eager."""
+    throughput against batch, graphs and eager; below it the same for the system prefill rate when the file has
+    one."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     models = sorted({r["label"] for r in result["rows"]})
-    fig, axes = plt.subplots(1, len(models), squeeze=False, figsize=(5.5 * len(models), 4))
-    for ax, model in zip(axes[0], models, strict=True):
-        for mode, colour in (("graphs", "C0"), ("eager", "C1")):
-            rows = sorted((r for r in result["rows"] if r["label"] == model and r["mode"] == mode),
-                          key=lambda r: r["batch"])
-            ax.plot([r["batch"] for r in rows], [r["measured_tps"] for r in rows], "o", color=colour,
-                    label=f"vLLM {mode}")
-            ax.plot([r["batch"] for r in rows], [r["model_tps"] for r in rows], "-", color=colour,
-                    label=f"model {mode}")
-        score = result["scores"]
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.minorticks_off()
-        ax.set_xlabel("batch")
-        ax.set_ylabel("system decode tokens/s")
-        mapes = ", ".join(f"{mode} {score[f'{model} {mode}']['mape_pct']:.1f} %" for mode in ("graphs", "eager")
-                          if f"{model} {mode}" in score)
-        ax.set_title(f"{model} on {result['system']} ({result['parallel']}): MAPE {mapes}", fontsize=9)
-        ax.legend(fontsize=7)
+    panels = [("decode", result["rows"], result["scores"])]
+    if "prefill" in result:
+        panels.append(("prefill", result["prefill"]["rows"], result["prefill"]["scores"]))
+    fig, axes = plt.subplots(len(panels), len(models), squeeze=False, figsize=(5.5 * len(models), 4 * len(panels)))
+    for line, (phase, rows_of, score) in zip(axes, panels, strict=True):
+        for ax, model in zip(line, models, strict=True):
+            for mode, colour in (("graphs", "C0"), ("eager", "C1")):
+                rows = sorted((r for r in rows_of if r["label"] == model and r["mode"] == mode),
+                              key=lambda r: r["batch"])
+                ax.plot([r["batch"] for r in rows], [r["measured_tps"] for r in rows], "o", color=colour,
+                        label=f"vLLM {mode}")
+                ax.plot([r["batch"] for r in rows], [r["model_tps"] for r in rows], "-", color=colour,
+                        label=f"model {mode}")
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.minorticks_off()
+            ax.set_xlabel("batch")
+            ax.set_ylabel(f"system {phase} tokens/s")
+            mapes = ", ".join(f"{mode} {score[f'{model} {mode}']['mape_pct']:.1f} %" for mode in ("graphs", "eager")
+                              if f"{model} {mode}" in score)
+            ax.set_title(f"{model} {phase} on {result['system']} ({result['parallel']}): MAPE {mapes}", fontsize=9)
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=90)
     plt.close(fig)

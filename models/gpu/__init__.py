@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from deepstack.models import memo
-from deepstack.models.gpu.collectives import allreduce_time_s
+from deepstack.models.gpu.collectives import allreduce_time_s, gpu_link_Bps
 from deepstack.models.gpu.efficiency import at_least_achievable
 from deepstack.models.gpu.host import fixed_row, fixed_timing, host_rows, uses_graphs
 from deepstack.models.gpu.kernels import step_kernels
@@ -49,7 +49,7 @@ def gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
 
 def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
     gpu = point.chip.gpu
-    link_Bps = point.network.levels[0].link_bw_Bps if point.network is not None else 0.0
+    link_Bps = gpu_link_Bps(point.network)
     rows: list = []
     layers: dict[str, int] = {}
     for r in vllm_expert_parallel(phase.rows, point.schedule):
@@ -65,7 +65,7 @@ def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
         latency = fixed_timing("fused_moe_latency", gpu.moe_call_latency_us * 1e-6, "launch")
         rows.append(OpRow("moe", layers["moe"], latency))
     work_s = sum(r.count * r.nominal_s for r in rows)
-    kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8)
+    kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8, scenario.phase == "prefill")
     rows += host_rows(gpu, kernels, work_s, uses_graphs(gpu, scenario, point.schedule))
     return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
 

@@ -6,8 +6,10 @@ limit per GPU architecture and group size (vllm/distributed/device_communicators
 
 * custom all-reduce: a latency floor (flag barriers between the ranks, one kernel) plus a time per MiB, both
   measured (sglang#2904, vLLM's kernel at TP8 on H100: 10.1 µs at 512 B, 24.1 µs at 256 KiB, 45.0 µs at 1 MiB);
-* NCCL ring: the same floor plus 2(p − 1)/p · S over the bus bandwidth NCCL reaches on the links
-  (nccl-tests#212: ~370 of 450 GB/s on H100 NVLink, 0.82).
+* NCCL ring: the same floor plus 2(p − 1)/p · S over the bus bandwidth NCCL reaches on a GPU's links
+  (nccl-tests#212: ~370 of 450 GB/s on H100 NVLink, 0.82). The links are all a GPU's links into the fabric
+  (:func:`gpu_link_Bps`): its NVLink bandwidth into the NVSwitches, or the sum of its links to every peer of a
+  fully connected platform (MI325X: 7 × 64 GB/s), over which NCCL/RCCL run one ring per channel.
 """
 
 from __future__ import annotations
@@ -26,3 +28,14 @@ def allreduce_time_s(gpu: GpuExecution, bytes_per_rank: float, ranks: int, link_
         return floor_s + bytes_per_rank / MiB * gpu.allreduce_us_per_MiB * 1e-6
     bus_B = 2 * (ranks - 1) / ranks * bytes_per_rank
     return floor_s + bus_B / (gpu.nccl_bus_efficiency * link_Bps)
+
+
+def gpu_link_Bps(network) -> float:
+    """What one GPU's links carry each way into its first network level, B/s: the level's per-device link
+    bandwidth on a switch, that of all its links to the level's other GPUs when they are fully connected."""
+    if network is None:
+        return 0.0
+    level = network.levels[0]
+    if level.topology == "fully_connected":
+        return (level.dims[0] - 1) * level.link_bw_Bps
+    return level.link_bw_Bps

@@ -73,6 +73,19 @@ QK_NORM = Kernels(2, 2, 0, 8)
 # and slice, _v_up_proj view + transpose + bmm + transpose + reshape, output setitem); all-reduce (2)
 MLA_CORE = Kernels(13, 26, 2, 65)
 
+# ---- attention in a step with prompt tokens (vLLM runs such a step without a CUDA graph) ------------------------
+# GQA: the prompt's attention is one flash-attention varlen kernel (no split-KV + combine): 3 kernels, 13 host ops
+GQA_PREFILL_CORE = Kernels(3, 3, 0, 13)
+# MLA prefill (MLACommonImpl._forward_prefill with the TRT-LLM ragged DeepSeek prefill, vLLM's Blackwell default
+# since PR #32339): the latent is expanded to per-head keys and values by kv_b_proj (a fifth linear, counted with
+# the linears), then k = cat(k_nope, k_pe expanded), one ragged prefill kernel, the output copy. Kernels: the 7 of
+# the decode core before its attention (norms, copies, rotary, cache write), cat, prefill attention, output copy,
+# all-reduce = 11 (eager 24: the native rotary's 14 for 1); no Triton. Host ops: the decode core's 65 with its 28
+# attention calls replaced by 21 (output empty, 3 views, output view, unified_attention_with_output, 4 slices,
+# prefill slice, concat_and_cache_mla, kv view, k/v split, k_pe expand, cat, output and lse empties, the ragged
+# call, output flatten, output setitem)
+MLA_PREFILL_CORE = Kernels(11, 24, 0, 58)
+
 # ---- MoE block (FusedMoE, fused_moe.py) ------------------------------------------------------------------------
 # Every MoE block: kernels fused_add_rms_norm, router GEMM (BF16), moe_align_block_size, fused_moe w13 (Triton),
 # silu_and_mul, fused_moe w2 (Triton), moe_sum, custom all-reduce. Host ops (25): fused_add_rms_norm; hidden
@@ -105,16 +118,17 @@ DENSE_MLP_CORE = NORM + SILU_AND_MUL + ALL_REDUCE
 PER_STEP = Kernels(12, 12, 0, 15)
 
 
-def layer_kernels(model: LLM, kind: str, block_fp8: bool) -> Kernels:
+def layer_kernels(model: LLM, kind: str, block_fp8: bool, prefill: bool = False) -> Kernels:
     """Kernels and host ops of one decoder layer of ``kind`` ("dense" or "moe"), assembled from the model's
-    attention (MLA or GQA, q/k norm), FFN (dense, or MoE with its routing and shared experts) and linears (BF16
-    or block-FP8)."""
+    attention (MLA or GQA, q/k norm; its prefill form in a step with prompt tokens), FFN (dense, or MoE with its
+    routing and shared experts) and linears (BF16 or block-FP8)."""
     linear = FP8_LINEAR if block_fp8 else BF16_LINEAR
     att = model.attention
     if att.kind == "mla":
-        attention = MLA_CORE + linear.times(4)
+        attention = MLA_PREFILL_CORE + linear.times(5) if prefill else MLA_CORE + linear.times(4)
     else:
-        attention = NORM + GQA_CORE + ALL_REDUCE + linear.times(2) + (QK_NORM if att.qk_norm else Kernels(0, 0, 0))
+        core = GQA_PREFILL_CORE if prefill else GQA_CORE
+        attention = NORM + core + ALL_REDUCE + linear.times(2) + (QK_NORM if att.qk_norm else Kernels(0, 0, 0))
     if kind != "moe":
         return attention + DENSE_MLP_CORE + linear.times(2)
     moe = model.moe
@@ -126,11 +140,11 @@ def layer_kernels(model: LLM, kind: str, block_fp8: bool) -> Kernels:
     return attention + ffn
 
 
-def step_kernels(model: LLM, layers: dict[str, int], block_fp8: bool) -> Kernels:
-    """Kernels and host ops of one decode step of ``layers`` ({kind: count}) on one device, per-step ones
-    included."""
+def step_kernels(model: LLM, layers: dict[str, int], block_fp8: bool, prefill: bool = False) -> Kernels:
+    """Kernels and host ops of one step of ``layers`` ({kind: count}) on one device, per-step ones included: a
+    decode step, or (``prefill``) a step with prompt tokens."""
     total = PER_STEP
     for kind, count in layers.items():
         if count and kind in ("dense", "moe"):
-            total = total + layer_kernels(model, kind, block_fp8).times(count)
+            total = total + layer_kernels(model, kind, block_fp8, prefill).times(count)
     return total

@@ -63,6 +63,9 @@ class Layouts:
         layout = self.attention if dim.startswith("a_") or dim == "pp" else self.ffn
         if dim.startswith("reshape"):
             size = int(dim.split(":")[1])
+            if self.devices % size:  # a token split that leaves a remainder (batch not a multiple of the replicas):
+                # the gather spans the next group size the devices split into
+                size = min(n for n in range(size, self.devices + 1) if self.devices % n == 0)
             layout = (("reshape", size), ("rest", self.devices // size))
             dim = "reshape"
         return _groups(layout, dim, self.devices)

@@ -63,6 +63,53 @@ def test_leave_one_model_out(rows):
     assert out["deepseek-v3"]["mape_pct"] <= 15.0  # target ≤ 15 % met (12.5 %; graphs 11.8 %)
 
 
+# ---------------------------------------------------------------------------------------------- prefill
+# The prefill columns (System Prefill TPS = batch · input_len / TTFT of the last request; User Prefill Speed = mean
+# of input_len / TTFT) against the modelled vLLM wave (models/gpu/prefill.py), with the shipped constants; nothing
+# is fitted to them (docs/calibration.md §GPU prefill). The bounds are what the model reaches, so a regression
+# fails; they are far from the issue's 15 % target for DeepSeek-V3 (the open gap is documented there).
+
+
+@pytest.fixture(scope="module")
+def prefill_rows():
+    from deepstack.accuracy import prefill
+
+    return prefill.modelled_rows(serving.reference_path(), [])
+
+
+def test_prefill_rows(prefill_rows):
+    from deepstack.accuracy import prefill
+
+    s = prefill.scores(prefill_rows, lambda r: r.model)
+    assert s["all"]["rows"] == 44
+    assert s["llama-3.3-70b"]["mape_pct"] <= 27.0  # 26.5 % (before the vLLM wave: 63.9 %)
+    assert s["deepseek-v3"]["mape_pct"] <= 67.0  # 66.6 % (before: 290.5 %)
+    assert s["llama-3.3-70b"]["user_mape_pct"] <= 26.0  # 25.6 %
+    assert s["deepseek-v3"]["user_mape_pct"] <= 45.5  # 45.0 %
+    # from 64 requests up Llama's steps are the budget's: within 13 % of the measured system rate, 10 % of the user
+    # rate (the per-request speed, whose TTFTs come from the scheduler's order)
+    big = [r for r in prefill_rows if r.model == "llama-3.3-70b" and r.batch >= 64]
+    assert max(abs(r.error()) for r in big) <= 0.14
+    assert max(abs(r.user_error()) for r in big if r.batch >= 128) <= 0.10
+
+
+def test_prefill_leave_one_model_out(rows):
+    out = {r["predicted"]: r for r in serving.cross_validate(rows)}
+    assert out["llama-3.3-70b"]["prefill_mape_pct"] <= 28.0  # 27.4 % with DeepSeek-V3's decode constants
+    assert out["deepseek-v3"]["prefill_mape_pct"] <= 74.0  # 73.7 % with Llama's
+
+
+def test_cli_serving_json_carries_prefill_scores(cli):
+    result = cli("accuracy", "serving", "--json")
+    assert result.code == 0, result.err
+    prefill = result.json()["prefill"]
+    for key in ("llama-3.3-70b", "deepseek-v3", "llama-3.3-70b graphs", "deepseek-v3 eager", "all"):
+        assert {"mape_pct", "user_mape_pct", "rows"} <= set(prefill["scores"][key])
+    row = prefill["rows"][0]
+    assert {"measured_tps", "model_tps", "measured_ttft_ms", "model_ttft_ms", "error_pct"} <= set(row)
+    assert row["measured_ttft_ms"] == pytest.approx(row["batch"] * row["input_len"] / row["measured_tps"] * 1e3)
+
+
 def test_mi325x_runs_on_its_own_figures():
     report = evaluate(model="llama-3.3-70b", system="mi325x-4", parallel="tp=4", phase="decode", batch=1,
                       with_ttft=False, breakdown=False)

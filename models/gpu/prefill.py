@@ -1,0 +1,129 @@
+"""A GPU prefill as vLLM serves a batch of requests (docs/model.md §GPU prefill).
+
+vLLM does not prefill a batch in one pass: its scheduler (:mod:`.scheduler`) runs engine steps of at most
+``max_num_batched_tokens`` tokens, the decodes of the requests already past their prompt first, the prompts in
+chunks after them; each request gets its first token at the end of the step that completes its prompt. The prefill
+of a batch is therefore the sequence of steps from the first request to the last first token, and each step is
+timed as the GPU runs it:
+
+* a step with prompt tokens runs **without a CUDA graph** unless all its tokens fit the largest captured size
+  (vLLM captures graphs for at most ``min(2 × max_num_seqs, 512)`` tokens and dispatches a larger step to no
+  graph at all: vllm/config/vllm.py ``_set_cudagraph_sizes``, vllm/v1/cudagraph_dispatcher.py); it is the
+  operator model's forward pass over the step's tokens (the linear layers, norms and all-reduces see every token,
+  attention is flash-style prefill over the prompt chunks) with the GPU's terms (:func:`~.gpu_phase`): no
+  overlap, the HBM floor, vLLM's all-reduce of the step's activations, one boundary per kernel, and the host's
+  launches of every kernel where the GPU does not hide them;
+* a step small enough for a graph (≤ ``graph_max_batch`` tokens, graphs on) and a step of decodes only are timed
+  as a decode step of that many tokens (:func:`~.gpu_phase` of a decode).
+
+A step holding d decodes and p prompt tokens is timed as a prompt chunk of p + d tokens: the decodes add the same
+linear work as prompt tokens; their attention reads ~``input_len`` cached keys each instead of attending causally
+to the prompt, a difference of a few per cent of such a step (docs/calibration.md §GPU prefill).
+
+:func:`prefill_wave` returns the whole wave as one :class:`Wave` (a :class:`PhaseResult` whose rows are every
+step's, counted as often as the step runs), so its time is the last request's TTFT; :meth:`Wave.user_tps` gives
+the per-request prefill speed the benchmark reports, mean over requests of input tokens / TTFT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from deepstack.models import memo
+from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS, Run, wave
+from deepstack.models.hashing import HashedTuple
+from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult
+
+_WAVES = memo.Table("gpu prefill waves", 1024, lru=True)  # (design point, scenario) → Wave
+
+
+@dataclass(eq=False)
+class Wave(PhaseResult):
+    """A batch's prefill as vLLM runs it: every step's rows, ``steps`` the steps in order (each with the phase
+    that times it)."""
+
+    steps: tuple = ()  # ((Run, PhaseResult of one such step), ...)
+    prompt: int = 0  # input tokens per request
+
+    def ttfts(self, scale: float = 1.0) -> list[tuple[float, int]]:
+        """(TTFT, requests that have it) in order: each request's first token comes at the end of the step that
+        completes its prompt."""
+        out, now = [], 0.0
+        for run, phase in self.steps:
+            step_s = phase.time_at(scale)
+            for _ in range(run.repeat if run.step.first_tokens else 0):
+                now += step_s
+                out.append((now, run.step.first_tokens))
+            if not run.step.first_tokens:
+                now += run.repeat * step_s
+        return out
+
+    def user_tps(self, scale: float = 1.0) -> float:
+        """Mean over requests of input tokens / TTFT (the benchmark's "user prefill" speed)."""
+        pairs = self.ttfts(scale)
+        return sum(n * self.prompt / t for t, n in pairs) / sum(n for _, n in pairs)
+
+
+def prefill_wave(point, dev, scenario, step_phase) -> Wave:
+    """The prefill of ``scenario`` (its batch on each data replica of the schedule, its token budget) as vLLM
+    runs it; ``step_phase(scenario)`` times one step of a scenario on the GPU (memoised)."""
+    key = HashedTuple((point, scenario))
+    found = _WAVES.lookup(key)
+    if found is None:
+        found = _prefill_wave(point, scenario, step_phase)
+        _WAVES.put(key, found)
+    return found
+
+
+def _prefill_wave(point, scenario, step_phase) -> Wave:
+    gpu, s = point.chip.gpu, point.schedule
+    requests = math.ceil(scenario.batch / s.attention.replicas)  # each data replica is an engine of its own
+    budget = scenario.prefill_chunk_tokens
+    runs = wave(requests, scenario.input_len, scenario.output_len, budget, VLLM_MAX_NUM_SEQS)
+    timed: dict = {}  # the scenario that times a step → its phase
+    steps = []
+    for run in runs:
+        step = step_scenario(run, scenario, gpu.graph_max_batch)
+        if step not in timed:
+            phase = step_phase(step)
+            if phase.microbatches > 1:  # a long prompt's slices: one of them (at their mean context) per step
+                phase = PhaseResult(phase.parts, s.pp, 1, phase.stage)
+            timed[step] = phase
+        steps.append((run, timed[step]))
+    repeats: dict[int, list] = {}  # id of a step's phase → [phase, steps timed by it]
+    for run, phase in steps:
+        repeats.setdefault(id(phase), [phase, 0])[1] += run.repeat
+    rows = [scaled(r, phase.time_multiplier * n) for phase, n in repeats.values() for r in phase.rows]
+    return Wave(rows, 1, 1, 0, steps=tuple(steps), prompt=scenario.input_len)
+
+
+
+def step_scenario(run: Run, scenario, graph_max: int):
+    """The scenario that times one step of ``run``: a decode of its tokens when it has no prompt tokens or, with
+    CUDA graphs, fits the largest graph; otherwise a prefill chunk of its tokens (as many requests as it has
+    prompts, the tokens spread evenly over them). A prompt longer than the budget is cut into slices that attend
+    to the slices before them: such a step is one request's prefill in chunks of the budget, each chunk timed at
+    the prompt's mean context (:func:`~deepstack.models.parallel.memory.prefill_chunks`), one chunk per step."""
+    step = run.step
+    if step.prefill_tokens == 0 or (scenario.cuda_graphs and step.tokens <= graph_max):
+        return scenario.model_copy(update={"phase": "decode", "batch": step.tokens})
+    if scenario.prefill_chunk_tokens and scenario.input_len > scenario.prefill_chunk_tokens:
+        return scenario.model_copy(update={"phase": "prefill", "batch": 1})
+    requests = max(1, step.prefill_requests)
+    tokens = math.ceil(step.tokens / requests)
+    return scenario.model_copy(update={"phase": "prefill", "batch": requests, "input_len": tokens,
+                                       "prefill_chunk_tokens": requests * tokens})
+
+
+def scaled(row, n: int):
+    """``row`` counted ``n`` times as often."""
+    if n == 1:
+        return row
+    if isinstance(row, OpRow):
+        return OpRow(row.layer, row.count * n, row.timing, row.choice)
+    if isinstance(row, CommRow):
+        return CommRow(row.layer, row.count * n, row.name, row.result, row.hidden_behind_s)
+    if isinstance(row, OverlapRow):
+        return OverlapRow(row.layer, row.count * n, row.timing, row.name, row.result)
+    raise TypeError(f"not a row: {type(row).__name__}")

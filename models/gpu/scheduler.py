@@ -1,0 +1,108 @@
+"""vLLM's scheduler over one benchmark wave: which tokens each engine step runs, and at which step each request
+gets its first token (docs/model.md §GPU prefill).
+
+The benchmark (``vllm bench serve`` with ``--max-concurrency`` = the batch and an infinite request rate) sends
+every request at once, each with a prompt of ``prompt`` tokens that asks for ``output_len`` tokens. The engine
+runs them as vLLM's V1 engine core does:
+
+* **Arrival.** The engine core waits for work and starts a step as soon as it has any (vllm/v1/engine/core.py,
+  ``EngineCoreProc.run_busy_loop``: ``_process_input_queue`` returns once a request is queued). The API server
+  hands the requests over one by one, so the first step holds the first request alone; the others, sent at the
+  same moment, are queued by the time it ends.
+* **One step** (vllm/v1/core/sched/scheduler.py, ``Scheduler.schedule``): a budget of ``budget`` tokens
+  (``max_num_batched_tokens``); first the RUNNING requests in the order they were admitted, one token for each
+  that is decoding and the rest of the prompt (as much as the budget leaves) for one still prefilling; then the
+  WAITING requests in arrival order while the budget lasts and fewer than ``max_running`` (``max_num_seqs``)
+  run, the last one admitted taking only a slice of its prompt when the budget ends inside it (chunked prefill).
+* A request whose prompt completes in a step samples its first token at the end of that step; it decodes one
+  token per step after that and leaves after its ``output_len``-th token, freeing its place.
+
+:func:`wave` runs this until every request has its first token and returns the steps, runs of identical steps
+merged.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import NamedTuple
+
+VLLM_MAX_NUM_SEQS = 1024
+"""Requests vLLM runs at once (``max_num_seqs``): its default for ``vllm serve`` on GPUs with ≥ 70 GiB
+(vllm/engine/arg_utils.py, ``EngineArgs.get_batch_defaults``; docs/calibration.md §GPU execution)."""
+
+
+class Step(NamedTuple):
+    """One engine step of a wave."""
+
+    prefill_tokens: int  # prompt tokens the step runs
+    prefill_requests: int  # requests with prompt tokens in the step
+    decodes: int  # running requests that decode one token each
+    first_tokens: int  # requests whose prompt completes in the step (they get their first token at its end)
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decodes
+
+
+class Run(NamedTuple):
+    """``repeat`` identical steps in a row."""
+
+    step: Step
+    repeat: int
+
+
+def wave(requests: int, prompt: int, output_len: int, budget: int, max_running: int,
+         first_alone: bool = True) -> tuple[Run, ...]:
+    """The steps from the wave's first request to the last request's first token, runs of identical steps merged.
+    ``first_alone``: the first step holds the first request only (the arrival above). vLLM asks
+    ``max_num_batched_tokens`` ≥ ``max_num_seqs``, so at most ``budget`` requests run at once."""
+    if min(requests, prompt, output_len, budget, max_running) < 1:
+        raise ValueError("wave: requests, prompt, output_len, budget and max_running must be ≥ 1")
+    max_running = min(max_running, budget)
+    arrived = 1 if first_alone else requests  # requests queued when the step starts
+    admitted = started = 0  # requests admitted so far (in arrival order); those with their first token
+    partial = 0  # prompt tokens left of the one request still prefilling (0: none)
+    decoding = 0  # running requests past their prompt
+    finishing: dict[int, int] = defaultdict(int)  # step index → requests whose last token that step computes
+    index = 0
+    runs: list[Run] = []
+
+    def add(step: Step, repeat: int) -> None:
+        if runs and runs[-1].step == step:
+            runs[-1] = Run(step, runs[-1].repeat + repeat)
+        else:
+            runs.append(Run(step, repeat))
+
+    while started < requests:
+        if not partial and admitted < arrived and decoding >= max_running:
+            # full: decode steps only, until the next departure frees a place
+            last = min(finishing)
+            add(Step(0, 0, decoding, 0), last - index + 1)
+            decoding -= finishing.pop(last)
+            index = last + 1
+            continue
+        left = budget - decoding
+        prefill = fed = first = 0
+        if partial:
+            take = min(partial, left)
+            partial, left = partial - take, left - take
+            prefill, fed, first = take, 1, int(partial == 0)
+        if not partial:
+            # whole prompts while the budget, the queue and the places allow; then a slice of the next one
+            room = max_running - decoding - fed
+            whole = min(arrived - admitted, left // prompt, room)
+            admitted, left = admitted + whole, left - whole * prompt
+            prefill, fed, first = prefill + whole * prompt, fed + whole, first + whole
+            if left and admitted < arrived and whole < room:
+                admitted, partial = admitted + 1, prompt - left
+                prefill, fed = prefill + left, fed + 1
+        add(Step(prefill, fed, decoding, first), 1)
+        # the end of the step: departures, first tokens
+        decoding -= finishing.pop(index, 0)
+        started += first
+        if output_len > 1:
+            decoding += first
+            finishing[index + output_len - 1] += first
+        arrived = requests
+        index += 1
+    return tuple(runs)

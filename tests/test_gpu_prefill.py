@@ -1,0 +1,136 @@
+"""A GPU prefill as vLLM serves a batch (models/gpu/scheduler.py, models/gpu/prefill.py), against figures worked
+by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from deepstack.catalog import load
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import _gpu_step, evaluate
+from deepstack.models.gpu.kernels import Kernels, step_kernels
+from deepstack.models.gpu.prefill import step_scenario
+from deepstack.models.gpu.scheduler import Run, Step, wave
+from deepstack.models.hardware.device import resolve_device, timing_device
+from deepstack.schema import Scenario, Schedule
+
+B200 = load("systems", "dgx-b200")
+
+
+def test_wave_of_sixteen_prompts_under_vllms_budget():
+    # 16 prompts of 1,024 tokens, 8,192 tokens per step: the first request alone (it wakes the engine); then 1 decode
+    # + 7 whole prompts + 1,023 tokens of the 9th; then 8 decodes, the 9th's last token and 7 whole prompts
+    assert wave(16, 1024, 1024, 8192, 1024) == (
+        Run(Step(1024, 1, 0, 1), 1), Run(Step(8191, 8, 1, 7), 1), Run(Step(7169, 8, 8, 8), 1))
+
+
+def test_wave_chunks_a_prompt_longer_than_what_the_budget_leaves():
+    # 2 prompts of 10 tokens, budget 8: step 0 holds 8 tokens of the first (no first token); step 1 its last 2 and
+    # 6 of the second (the first's first token); step 2 one decode and the second's last 4
+    assert wave(2, 10, 5, 8, 4) == (Run(Step(8, 1, 0, 0), 1), Run(Step(8, 2, 0, 1), 1), Run(Step(4, 1, 1, 1), 1))
+
+
+def test_wave_waits_for_a_place_when_max_num_seqs_are_running():
+    # one place: each request prefills, decodes its second (last) token in the next step, then leaves
+    prefill, decode = Run(Step(4, 1, 0, 1), 1), Run(Step(0, 0, 1, 0), 1)
+    assert wave(3, 4, 2, 8, 1) == (prefill, decode, prefill, decode, prefill)
+
+
+def test_wave_of_a_thousand_prompts_merges_its_decode_only_stretch():
+    # 2,048 requests, 1,024 at a time: the second half waits while the first decodes its 1,023 tokens
+    runs = wave(2048, 1024, 1024, 8192, 1024)
+    assert sum(run.step.first_tokens * run.repeat for run in runs) == 2048
+    assert sum(run.step.prefill_tokens * run.repeat for run in runs) == 2048 * 1024
+    waiting = [run for run in runs if run.step.prefill_tokens == 0]
+    assert waiting and all(run.step.decodes == 1024 for run in waiting)
+    assert sum(run.repeat for run in waiting) > 800
+
+
+def test_a_step_runs_a_cuda_graph_only_when_it_fits_the_largest_capture():
+    scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=16, cuda_graphs=True)
+    small = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario, 512)  # 23 tokens: replayed like a decode step
+    assert (small.phase, small.batch) == ("decode", 23)
+    big = step_scenario(Run(Step(7169, 8, 8, 8), 1), scenario, 512)  # 7,177 tokens: no graph, 8 chunks of 898
+    assert (big.phase, big.batch, big.input_len, big.prefill_chunk_tokens) == ("prefill", 8, 898, 7184)
+    eager = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario.model_copy(update={"cuda_graphs": False}), 512)
+    assert (eager.phase, eager.batch, eager.input_len) == ("prefill", 1, 23)
+
+
+def test_prefill_kernels_replace_the_decode_attention():
+    llama = load("llms", "llama-3.3-70b")
+    # a layer: norm, qkv, rotary, KV write, one flash-attention varlen kernel, o_proj, all-reduce (7) + the MLP's
+    # norm, gate_up, silu_and_mul, down, all-reduce (5): 80 × 12 + 12 per step = 972 (decode: 1,052)
+    assert step_kernels(llama, {"dense": 80}, False, prefill=True) == Kernels(972, 972, 0, 2015)
+    dsv3 = load("llms", "deepseek-v3")
+    # MLA prefill: 11 core kernels + 5 block-FP8 linears (kv_b_proj expands the latent) = 21 (decode: 13 + 4 × 2),
+    # eager 24 + 10 = 34 (decode 26 + 8); Triton: the 5 linears' quant, no Triton MLA kernel (decode: 2 + 4);
+    # host ops 58 + 5 × 7 = 93 (decode 65 + 4 × 7). With the MoE block (19, 27, 6, 62) and the per-step 12 kernels
+    # and 15 host ops:
+    assert step_kernels(dsv3, {"moe": 1}, True, prefill=True) == Kernels(21 + 19 + 12, 34 + 27 + 12, 5 + 6,
+                                                                           93 + 62 + 15)
+    assert step_kernels(dsv3, {"moe": 1}, True) == Kernels(21 + 19 + 12, 34 + 27 + 12, 6 + 6, 93 + 62 + 15)
+
+
+def _point(scenario: Scenario) -> tuple[DesignPoint, object]:
+    point = DesignPoint(chip=B200.architecture, scenario=scenario, schedule=Schedule.parse("tp=8"),
+                        network=B200.network)
+    dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
+                                       point.sram, point.noc_bw_scale))
+    return point, dev
+
+
+def test_two_eager_prompts_by_hand():
+    """Llama-3.3-70B, batch 2, eager, TP8 on 8×B200: two steps (the first prompt alone; then the second with the
+    first's decode), each with its kernel boundaries, host launches and per-step host work; the report's STPS and
+    UTPS are what the benchmark computes from the two TTFTs."""
+    scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=2, cuda_graphs=False)
+    point, dev = _point(scenario)
+    gpu = B200.architecture.gpu
+    t = []
+    for tokens in (1024, 1025):
+        step = _gpu_step(point, dev, scenario.model_copy(update={"batch": 1, "input_len": tokens,
+                                                                 "prefill_chunk_tokens": tokens}))
+        rows = {r.timing.name: r.count * r.nominal_s for r in step.rows if hasattr(r, "timing")}
+        # 972 kernels × 1.3 µs; 2,015 PyTorch calls × 10.9 µs shown beyond the GPU's work; 2.22 ms per step
+        assert rows["kernel_boundaries (972 kernels)"] == pytest.approx(972 * 1.3e-6)
+        assert rows["host_step"] == pytest.approx(gpu.host_step_us * 1e-6)
+        work = step.time_at(1.0) - sum(v for k, v in rows.items() if k.startswith(("kernel_", "eager_", "host_")))
+        exposed = max(0.0, 2015 * 10.9e-6 - work - 972 * 1.3e-6)
+        assert rows["eager_host (2015 ops, 0 Triton launches)"] == pytest.approx(exposed, abs=1e-12)
+        t.append(step.time_at(1.0))
+    report = evaluate(point, with_ttft=False, breakdown=False)
+    ttft_1, ttft_2 = t[0], t[0] + t[1]
+    assert report.metrics.ttft_s == pytest.approx(ttft_2)
+    assert report.metrics.stps == pytest.approx(2 * 1024 / ttft_2)
+    assert report.metrics.utps == pytest.approx((1024 / ttft_1 + 1024 / ttft_2) / 2)
+
+
+def test_a_decode_report_on_a_gpu_carries_the_prefill_wave_as_ttft():
+    decode = Scenario(model="llama-3.3-70b", phase="decode", batch=16)
+    point, _ = _point(decode)
+    prefill, _ = _point(decode.model_copy(update={"phase": "prefill"}))
+    assert evaluate(point).metrics.ttft_s == pytest.approx(evaluate(prefill, breakdown=False).metrics.ttft_s)
+
+
+def test_3d_chips_keep_the_operator_models_prefill():
+    from pathlib import Path
+
+    from deepstack.api import evaluate as api_evaluate
+
+    # no gpu table: one pass over the batch's chunks, STPS = tokens / time and UTPS = input_len / time
+    nocs = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs"
+    report = api_evaluate(model="qwen3-30b-a3b", chip="large-vector", noc=str(nocs / "mini8.toml"), stacked_layers=6,
+                          connected_layers=4, parallel="tp=8", phase="prefill", batch=16, breakdown=False)
+    m = report.metrics
+    assert m.stps == pytest.approx(16 * 1024 / m.ttft_s) and m.utps == pytest.approx(1024 / m.ttft_s)
+
+
+def test_a_prompt_longer_than_the_budget_is_one_slice_per_step():
+    # 32,768 tokens, budget 8,192: four steps, each a chunk of 8,192 tokens at the prompt's mean context (the
+    # operator model's chunks of the same prompt), so the TTFT is that chunked prefill's time
+    scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=1, input_len=32768, prefill_chunk_tokens=8192)
+    assert wave(1, 32768, 1024, 8192, 1024) == (Run(Step(8192, 1, 0, 0), 3), Run(Step(8192, 1, 0, 1), 1))
+    point, dev = _point(scenario)
+    chunked = _gpu_step(point, dev, scenario)
+    assert chunked.microbatches == 4
+    assert evaluate(point, with_ttft=False).metrics.ttft_s == pytest.approx(chunked.time_at(1.0), rel=1e-9)
