@@ -305,3 +305,27 @@ def test_r23_the_hardware_search_with_and_without_ep():
     b1024, b4 = ep_hardware_findings(Context())
     assert b1024["paper_set"] == "with EP m = 6, 7 SMs; without m = 9, 5 SMs" and b1024["verdict"] == "holds"
     assert b4["what"].startswith("b4:") and b4["verdict"] in ("holds", "fails")
+
+
+def test_r15_r16_prefill_stacking_grid():
+    """R15 / R16 over the grid n ≤ m ∈ {2, 6}: prefill b4 is fastest at (6, 6) under both sets, the paper's
+    choice; the energy-optimal designs stack more layers than they connect (m > n), and R16's verdict follows its
+    power-density band."""
+    from deepstack.search.studies.paper_findings import R16_W_PER_MM2, stacked_connected_findings
+
+    class Context:
+        def param(self, key, default=None):
+            return {"workers": 1, "m_values": [2, 6]}.get(key, default)
+
+        def planned(self, tasks):
+            return lambda: None
+
+    rows = stacked_connected_findings(Context())
+    fast = {r["what"]: r for r in rows if r["finding"] == "R15"}
+    b4 = fast["prefill b4: the STPS-optimal (m, n)"]
+    assert b4["paper_set"] == b4["default_set"] == "(6, 6)" and b4["verdict"] == "holds"
+    for r in (r for r in rows if r["finding"] == "R16"):
+        m, n = (int(v) for v in r["paper_set"].split(")")[0].strip("(").split(","))
+        density = float(r["paper_set"].split(", ")[-1].removesuffix(" W/mm²"))
+        assert m > n
+        assert r["verdict"] == ("holds" if R16_W_PER_MM2[0] <= density <= R16_W_PER_MM2[1] else "fails")

@@ -195,6 +195,45 @@ def ep_hardware_findings(ctx: StudyContext) -> list[dict]:
     return out
 
 
+# R15 / R16 (§5.5): DeepSeek-V3 prefill on WGMMA / TMS1 over every n ≤ m: the throughput-optimal (m, n) keeps m = n,
+# (6, 6) at b4 and (2, 2) at b1024; the energy-optimal design has m > n and runs at 0.5–0.7 W/mm²
+R15 = ((4, (6, 6)), (1024, (2, 2)))
+R16_W_PER_MM2 = (0.5, 0.7)
+
+
+def stacked_connected_findings(ctx: StudyContext) -> list[dict]:
+    """R15 (the STPS-optimal (m, n) of prefill b4 and b1024) and R16 (the tokens/J-optimal design: m > n, its
+    power density), from one grid of n ≤ m per regime and assumption set, the best schedule per point for each
+    objective."""
+    layers = [int(m) for m in ctx.param("m_values", list(range(1, 11)))]
+    cells = {name: [Cell(ctx.param("chip", "wgmma"), ctx.param("noc", "tms1"), ctx.param("model", "deepseek-v3"),
+                         "prefill", batch, 1024, 1024, None, m, n, ("stps", "tokens_per_joule"), name)
+                    for batch, _ in R15 for m in layers for n in range(1, m + 1)] for name in SETS}
+    done = ctx.planned(sum(len(c) for c in cells.values()))
+    rows = {name: evaluated_rows(evaluate_all(c, ctx.param("workers", 2), done)) for name, c in cells.items()}
+    out = []
+    for batch, paper in R15:
+        best, energy = {}, {}
+        for name in SETS:
+            mine = [r for r in rows[name] if r["batch"] == batch]
+            fast = [r for r in mine if r["objective"] == "stps" and r["feasible"]]
+            thrifty = [r for r in mine if r["objective"] == "tokens_per_joule" and r["feasible"]]
+            top = max(fast, key=lambda r: r["stps"], default=None)
+            best[name] = (top["stacked_layers"], top["connected_layers"]) if top else None
+            low = max(thrifty, key=lambda r: r["tokens_per_joule"], default=None)
+            energy[name] = (low["stacked_layers"], low["connected_layers"], low["w_per_mm2"]) if low else None
+        out.append({"finding": "R15", "what": f"prefill b{batch}: the STPS-optimal (m, n)", "paper": str(paper),
+                    **{f"{n}_set": str(v) for n, v in best.items()},
+                    "verdict": "holds" if best["paper"] == paper else "fails"})
+        mine = energy["paper"]
+        out.append({"finding": "R16", "what": f"prefill b{batch}: the tokens/J-optimal (m, n) and its W/mm²",
+                    "paper": "m > n, 0.5–0.7 W/mm²",
+                    **{f"{n}_set": f"({v[0]}, {v[1]}), {v[2]:.2f} W/mm²" if v else None for n, v in energy.items()},
+                    "verdict": "holds" if mine and mine[0] > mine[1]
+                    and R16_W_PER_MM2[0] <= mine[2] <= R16_W_PER_MM2[1] else "fails"})
+    return out
+
+
 @runner("paper_findings")
 def paper_findings(ctx: StudyContext) -> None:
     """Table 4 configuration by configuration, the findings the accuracy check computes and R13/R17, each under
@@ -205,7 +244,8 @@ def paper_findings(ctx: StudyContext) -> None:
     done = ctx.planned(1)  # the accuracy check, as one task
     result = paper_accuracy()
     done()
-    computed = stacking_findings(ctx) + noc_findings(ctx) + parallelism_findings(ctx) + ep_hardware_findings(ctx)
+    computed = (stacking_findings(ctx) + stacked_connected_findings(ctx) + noc_findings(ctx)
+                + parallelism_findings(ctx) + ep_hardware_findings(ctx))
     findings = [f for f in result["findings"] if f["finding"] not in {c["finding"] for c in computed}] + computed
     ctx.write_csv("points.csv", result["table4"])
     summary = result["summary"]
