@@ -329,3 +329,20 @@ def test_r15_r16_prefill_stacking_grid():
         density = float(r["paper_set"].split(", ")[-1].removesuffix(" W/mm²"))
         assert m > n
         assert r["verdict"] == ("holds" if R16_W_PER_MM2[0] <= density <= R16_W_PER_MM2[1] else "fails")
+
+
+def test_r14_groups_follow_from_r13s_choices():
+    """R14 by hand: the paper's own R13 choices (decode b4 9, decode b1024 7, prefill b4 7, prefill b1024 2) form
+    its three groups; decode b1024 as deep as decode b4 does not (the groups must be strict); a regime without a
+    feasible design never holds."""
+    from deepstack.search.studies.paper_findings import _batch_groups
+
+    def verdict(decode_b4, decode_b1024, prefill_b4, prefill_b1024):
+        m = {("decode", 4): decode_b4, ("decode", 1024): decode_b1024, ("prefill", 4): prefill_b4,
+             ("prefill", 1024): prefill_b1024}
+        return _batch_groups({"paper": m, "default": m})["verdict"]
+
+    assert verdict(9, 7, 7, 2) == "holds"
+    assert verdict(9, 9, 7, 4) == "fails"  # ours under the paper set: decode b1024 as deep as decode b4
+    assert verdict(9, 7, 7, 7) == "fails"  # large-batch prefill not the shallowest
+    assert verdict(9, 7, None, 2) == "fails"

@@ -237,7 +237,7 @@ _BY_STUDY = (
     ("R13", "best m = n for DeepSeek-V3 decode b4 / b1024 / prefill b4 / b1024", "≈ 9 / 6–7 / ≈ 7 / 2",
      "paper-findings"),
     ("R14", "batch divides the hardware into three groups (shallow / moderate / deep stacks)", "as stated",
-     "stacked-vs-connected"),
+     "paper-findings"),
     ("R15", "prefill's throughput-optimal (m, n): (6, 6) at b4, (2, 2) at b1024", "as stated", "paper-findings"),
     ("R16", "energy-optimal designs: m > n at 0.5–0.7 W/mm²", "as stated", "paper-findings"),
     ("R17", "large-batch decode hottest, designs above 85 °C", "as stated", "paper-findings"),

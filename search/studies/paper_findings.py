@@ -29,6 +29,24 @@ def _stacking_cells(ctx: StudyContext, assumptions: str) -> list[Cell]:
             for (phase, batch), _, _ in R13 for m in layers]
 
 
+def _batch_groups(chosen: dict[str, dict[tuple, int | None]]) -> dict:
+    """R14 from R13's choices: batch divides the hardware into three groups, large-batch prefill shallowest,
+    small-batch prefill with large-batch decode in between, small-batch decode deepest (strictly)."""
+    def groups(m: dict[tuple, int | None]) -> tuple[str, bool]:
+        if None in m.values():
+            return "a regime without a feasible design", False
+        shallow, middle, deep = m["prefill", 1024], (m["prefill", 4], m["decode", 1024]), m["decode", 4]
+        text = (f"prefill b1024 m = {shallow}; prefill b4 / decode b1024 m = {middle[0]} / {middle[1]}; "
+                f"decode b4 m = {deep}")
+        return text, shallow < min(middle) and max(middle) < deep
+
+    found = {name: groups(m) for name, m in chosen.items()}
+    return {"finding": "R14", "what": "three groups by batch: shallow, moderate, deep stacks (R13's choices)",
+            "paper": "prefill b1024 < prefill b4 ≈ decode b1024 < decode b4",
+            **{f"{name}_set": text for name, (text, _) in found.items()},
+            "verdict": "holds" if found["paper"][1] else "fails"}
+
+
 def stacking_findings(ctx: StudyContext) -> list[dict]:
     """R13 (the best m per regime) and R17 (large-batch decode is the hottest regime, with designs above 85 °C)
     from one sweep of m = n per regime and assumption set, each point with its best schedule."""
@@ -36,15 +54,18 @@ def stacking_findings(ctx: StudyContext) -> list[dict]:
     done = ctx.planned(sum(map(len, cells.values())))
     rows = {name: evaluated_rows(evaluate_all(cells[name], ctx.param("workers", 2), done)) for name in SETS}
     out = []
+    chosen: dict[str, dict[tuple, int | None]] = {name: {} for name in SETS}  # set → regime → best m
     for (phase, batch), paper, accepted in R13:
         best = {}
         for name in SETS:
-            done = [r for r in rows[name] if (r["phase"], r["batch"]) == (phase, batch)]
-            feasible = [r for r in done if r["feasible"]] or done
+            regime = [r for r in rows[name] if (r["phase"], r["batch"]) == (phase, batch)]
+            feasible = [r for r in regime if r["feasible"]] or regime
             best[name] = max(feasible, key=lambda r: r["stps"])["stacked_layers"] if feasible else None
+            chosen[name][phase, batch] = best[name]
         out.append({"finding": "R13", "what": f"best m = n, {regime_label(phase, batch)}", "paper": paper,
                     "paper_set": best["paper"], "default_set": best["default"],
                     "verdict": "holds" if best["paper"] in accepted else "fails"})
+    out.append(_batch_groups(chosen))
     hot = {}
     for name in SETS:
         by_regime = {}
