@@ -95,9 +95,10 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 if until_stall and record.progress.stalled(until_stall):
                     run["stalled"] = True
 
-        sample(trials - min(refine, trials))
+        sampled = trials - min(refine, trials)  # the sampler's share; the local search has the rest
+        sample(sampled)
         if refine > 0 and not run["interrupted"]:
-            run["refined"] = max(0, run["told"] - (trials - min(refine, trials)))  # a resumed run's earlier ones
+            run["refined"] = max(0, run["told"] - sampled)  # a resumed run's earlier ones
             _refine(problem, record, run, batch, stops, one_batch, log, mirror,
                     until=trials if not run["stalled"] else min(trials, run["told"] + refine))
             sample(trials)  # the trials the local search did not need
@@ -146,7 +147,7 @@ def _refine_jobs(problem, record: StudyRecord, limit: int) -> list[tuple]:
                 near = [far for point in near for far in bilevel.neighbours(problem, point)]
             for point in near:
                 if len(todo) >= limit:
-                    return list(todo.items())
+                    return list(todo.items())[:limit]  # front designs alone may already be more than the limit
                 repaired = feasibility.repair(Proposal(point, Strategy(dp=feasibility.n))).hardware
                 if repaired not in record.tried and repaired not in todo:
                     todo[repaired] = "screen"
