@@ -107,7 +107,8 @@ def area_model_pes(row: Table4Row) -> int:
         return 0
 
 
-def _verdict(ours: float, paper: float, tolerance: float) -> str:
+def verdict(ours: float, paper: float, tolerance: float) -> str:
+    """Whether ours is within ``tolerance`` (relative) of the paper's figure."""
     return HOLDS if abs(ours / paper - 1) <= tolerance else FAILS
 
 
@@ -159,7 +160,7 @@ def table4() -> list[dict]:
             entry[f"{name}_set_stps"] = report.metrics.stps
             entry[f"{name}_set_feasible"] = report.feasible
         entry["ratio"] = entry["paper_set_stps"] / row.paper_stps  # ours under the paper set over the paper's
-        entry["verdict"] = _verdict(entry["paper_set_stps"], row.paper_stps, TABLE4_TOLERANCE)
+        entry["verdict"] = verdict(entry["paper_set_stps"], row.paper_stps, TABLE4_TOLERANCE)
         out.append(entry)
     return out
 
@@ -178,7 +179,7 @@ def totals(rows: list[dict]) -> list[dict]:
         total = {f"{name}_set": v[last] / v[first] for name, v in ours.items()}
         out.append({"finding": "Table 4 total", "what": f"b{batch}: step {last} over step {first}",
                     "paper": paper[last] / paper[first], **total,
-                    "verdict": _verdict(total["paper_set"], paper[last] / paper[first], TABLE4_TOLERANCE)})
+                    "verdict": verdict(total["paper_set"], paper[last] / paper[first], TABLE4_TOLERANCE)})
         order = {f"{name}_set": _gain_order(v) for name, v in ours.items()}
         out.append({"finding": "R21", "what": f"b{batch}: steps by gain, largest first",
                     "paper": _gain_order(paper), **order,
@@ -269,12 +270,12 @@ def r10_over_h200(rows: list[dict]) -> list[dict]:
             "paper": f"{min(implied):,.0f}–{max(implied):,.0f} (implied by R21)",
             **{f"{n}_set": f"{b.metrics.stps:,.0f} ({b.schedule['text']})" for n, b in best.items()},
             "stps": {f"{n}_set": b.metrics.stps for n, b in best.items()},
-            "verdict": _verdict(best["paper"].metrics.stps, sum(implied) / len(implied), SPEEDUP_TOLERANCE)}]
+            "verdict": verdict(best["paper"].metrics.stps, sum(implied) / len(implied), SPEEDUP_TOLERANCE)}]
     for step, ratio in OVER_H200.items():
         ours = {f"{n}_set": stps[n][step] / best[n].metrics.stps for n in ASSUMPTION_SETS}
         out.append({"finding": "R10" if step == 7 else "R21", "what": f"b1024 Table 4 step {step} over the best "
                     "H200*", "paper": ratio, **ours,
-                    "verdict": _verdict(ours["paper_set"], ratio, SPEEDUP_TOLERANCE)})
+                    "verdict": verdict(ours["paper_set"], ratio, SPEEDUP_TOLERANCE)})
     return out
 
 

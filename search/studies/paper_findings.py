@@ -1,16 +1,17 @@
 """The paper's own 3D results under both assumption sets (the ``paper-findings`` study): the rows of
-``deepstack accuracy paper``, plus the findings that need a best-schedule search per design (R13, R17), so the
-results page carries the paper-vs-default table."""
+``deepstack accuracy paper``, plus the findings that need best-schedule searches (R13–R17, R19–R20, R22, R23), so
+the results page carries the paper-vs-default table."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from deepstack.accuracy.paper import SPEEDUP_TOLERANCE, paper_accuracy, verdict
 from deepstack.schema import build_scenario
 from deepstack.search.studies import StudyContext, runner
 from deepstack.search.studies.cells import Cell, evaluate_all, evaluated_rows, regime_label
 from deepstack.search.studies.noc_sensitivity import sensitivity_rows, sweeps_of
-from deepstack.search.studies.point_search import Hardware, PointTask, run_tasks
+from deepstack.search.studies.point_search import Hardware, PointTask, best_of, run_tasks
 
 TABLE4_COLUMNS = ["row", "schedule", "paper_stps", "paper_set_stps", "paper_set_feasible", "default_set_stps",
                   "ratio", "verdict"]
@@ -152,7 +153,6 @@ def _noc_verdict(ours: float, paper: float) -> str:
 # R22 (§5.6): full parallelism with per-module schedules over the TP/PP/DP-only space, decode b1024 on the baseline
 # hardware (Standard / TMS1, m = n = 4), PP up to 4 as the ablation's per-module step
 R22 = (("deepseek-v3", 5.03), ("qwen3-235b-a22b", 2.31))
-SPEEDUP_TOLERANCE = 0.15
 
 
 def parallelism_findings(ctx: StudyContext) -> list[dict]:
@@ -173,8 +173,8 @@ def parallelism_findings(ctx: StudyContext) -> list[dict]:
                                    else "no TP/PP/DP-only schedule fits memory")
         ratio = ours["paper_set"]
         out.append({"finding": "R22", "what": f"{model} decode b1024: full parallelism over TP/PP/DP only",
-                    "paper": paper, **ours, "verdict": "holds" if isinstance(ratio, float)
-                    and abs(ratio / paper - 1) <= SPEEDUP_TOLERANCE else "fails"})
+                    "paper": paper, **ours,
+                    "verdict": verdict(ratio, paper, SPEEDUP_TOLERANCE) if isinstance(ratio, float) else "fails"})
     return out
 
 
@@ -197,23 +197,22 @@ def ep_hardware_findings(ctx: StudyContext) -> list[dict]:
     results = iter(run_tasks(tasks, ctx.param("workers", 2), ctx.planned(len(tasks))))
     out = []
     for batch, with_ep, without_ep in R23:
-        picks = {}
+        picks = {}  # set → (best design with EP allowed, best without)
         for name in SETS:
             points = [next(results) for _ in layers]
-            picked = []
-            for keep in (None, _without_ep):
-                best = max(((r.best(keep=keep), r) for r in points if r.best(keep=keep)),
-                           key=lambda pair: pair[0].value("stps"), default=(None, None))[1]
-                picked.append(best and f"m = {best.hardware.stacked_layers}, {best.pes_per_device} SMs")
-            picks[name] = picked
-        ours = {f"{n}_set": f"with EP {p[0]}; without {p[1]}" for n, p in picks.items()}
-        found = [int(text.split(",")[0].removeprefix("m = ")) if text else None for text in picks["paper"]]
-        holds = all(m is not None and abs(m - want) <= 1 for m, want in zip(found, (with_ep, without_ep),
-                                                                            strict=True))
+            picks[name] = [best_of((c for r in points for c in r.candidates), keep=keep)
+                           for keep in (None, _without_ep)]
+        ours = {f"{n}_set": "with EP {}; without {}".format(*(_design(c) for c in p)) for n, p in picks.items()}
+        holds = all(c is not None and abs(c.hardware.stacked_layers - want) <= 1
+                    for c, want in zip(picks["paper"], (with_ep, without_ep), strict=True))
         out.append({"finding": "R23", "what": f"b{batch}: the m = n the search picks with EP and without",
                     "paper": f"with EP m = {with_ep}; without m = {without_ep}", **ours,
                     "verdict": "holds" if holds else "fails"})
     return out
+
+
+def _design(candidate) -> str | None:
+    return candidate and f"m = {candidate.hardware.stacked_layers}, {candidate.pes_per_device} SMs"
 
 
 # R15 / R16 (§5.5): DeepSeek-V3 prefill on WGMMA / TMS1 over every n ≤ m: the throughput-optimal (m, n) keeps m = n,
@@ -246,22 +245,21 @@ def stacked_connected_findings(ctx: StudyContext) -> list[dict]:
         out.append({"finding": "R15", "what": f"prefill b{batch}: the STPS-optimal (m, n)", "paper": str(paper),
                     **{f"{n}_set": str(v) for n, v in best.items()},
                     "verdict": "holds" if best["paper"] == paper else "fails"})
-        mine = energy["paper"]
+        thrifty = energy["paper"]
         out.append({"finding": "R16", "what": f"prefill b{batch}: the tokens/J-optimal (m, n) and its W/mm²",
                     "paper": "m > n, 0.5–0.7 W/mm²",
                     **{f"{n}_set": f"({v[0]}, {v[1]}), {v[2]:.2f} W/mm²" if v else None for n, v in energy.items()},
-                    "verdict": "holds" if mine and mine[0] > mine[1]
-                    and R16_W_PER_MM2[0] <= mine[2] <= R16_W_PER_MM2[1] else "fails"})
+                    "verdict": "holds" if thrifty and thrifty[0] > thrifty[1]
+                    and R16_W_PER_MM2[0] <= thrifty[2] <= R16_W_PER_MM2[1] else "fails"})
     return out
 
 
 @runner("paper_findings")
 def paper_findings(ctx: StudyContext) -> None:
-    """Table 4 configuration by configuration, the findings the accuracy check computes and R13/R17, each under
-    the paper and the default assumption set (the run's own ``assumptions`` parameter does not apply: both sets
-    are always evaluated), and each paper choice put back to the default alone."""
-    from deepstack.accuracy.paper import paper_accuracy  # the check itself: one implementation of both
-
+    """Table 4 configuration by configuration, the findings the accuracy check computes (the check itself: one
+    implementation of both) and those needing searches (R13–R17, R19–R20, R22, R23), each under the paper and the
+    default assumption set (the run's own ``assumptions`` parameter does not apply: both sets are always
+    evaluated), and each paper choice put back to the default alone."""
     done = ctx.planned(1)  # the accuracy check, as one task
     result = paper_accuracy()
     done()
