@@ -21,9 +21,7 @@ from typing import Any
 from deepstack.accuracy.files import read_csv
 from deepstack.catalog import load
 from deepstack.errors import UserInputError
-from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
-from deepstack.schema import Scenario, Schedule
 
 SYSTEM_COLUMN = "measured_system_prefill_tps"
 USER_COLUMN = "measured_user_prefill_tps"
@@ -69,7 +67,7 @@ def modelled_rows(path, failures: list[dict[str, Any]], progress=None, model: st
     out = []
     for number, raw in enumerate(raws, start=2):
         text = serving._cell(raw, SYSTEM_COLUMN)
-        if text and (model is None or _model(raw) == model):
+        if text and (model is None or serving.row_model(raw) == model):
             try:
                 row, violations = _modelled_row(raw, float(text), constants)
             except (KeyError, ValueError) as exc:
@@ -84,12 +82,6 @@ def modelled_rows(path, failures: list[dict[str, Any]], progress=None, model: st
     return out
 
 
-def _model(raw: dict[str, str]) -> str:
-    from deepstack.accuracy import serving
-
-    return serving._cell(raw, "catalog_model") or serving.model_name(serving._cell(raw, "model"))
-
-
 def _modelled_row(raw: dict[str, str], measured: float,
                   constants: tuple[float, float] | None = None) -> tuple[PrefillRow, str]:
     from deepstack.accuracy import serving
@@ -102,15 +94,9 @@ def _modelled_row(raw: dict[str, str], measured: float,
     if constants is not None:
         gpu = chip.gpu.model_copy(update={"host_step_us": constants[0], "eager_op_us": constants[1]})
         chip = chip.model_copy(update={"gpu": gpu})
-    model = _model(raw)
-    batch, graphs = int(serving._cell(raw, "batch")), serving._cell(raw, "cuda_graphs").lower() == "true"
-    scenario = Scenario(model=model, phase="prefill", batch=batch, input_len=int(serving._cell(raw, "input_len")),
-                        output_len=int(serving._cell(raw, "output_len")), cuda_graphs=graphs,
-                        precision=serving._cell(raw, "precision") or None)
-    sizes = {key: int(serving._cell(raw, key) or 1) for key in ("tp", "ep", "dp", "pp")}
-    parallel = serving.vllm_schedule(**sizes, moe=scenario.model.moe is not None)
-    point = DesignPoint(chip=chip, scenario=scenario, schedule=Schedule.parse(parallel),
-                        network=system.network)
+    batch = int(serving._cell(raw, "batch"))
+    point, parallel = serving.reference_point(raw, system, chip, "prefill", batch)
+    scenario, graphs, model = point.scenario, point.scenario.cuda_graphs, serving.row_model(raw)
     report = evaluate(point, with_ttft=False, breakdown=False)
     user = serving._cell(raw, USER_COLUMN)
     m = report.metrics

@@ -216,22 +216,34 @@ def _modelled_row(raw: dict[str, str]) -> tuple[Row, str]:
     measured = float(text)
     if not measured > 0:
         raise UserInputError(f"measured_system_decode_tps is {text!r}; it must be a positive throughput (tokens/s)")
-    model = _cell(raw, "catalog_model") or model_name(_cell(raw, "model"))
-    batch, graphs = int(_cell(raw, "batch")), _cell(raw, "cuda_graphs").lower() == "true"
+    batch = int(_cell(raw, "batch"))
     steps_batch = min(batch, MAX_NUM_SEQS)
-    scenario = Scenario(model=model, phase="decode", batch=steps_batch, input_len=int(_cell(raw, "input_len")),
-                        output_len=int(_cell(raw, "output_len")), cuda_graphs=graphs,
-                        precision=_cell(raw, "precision") or None)
-    sizes = {key: int(_cell(raw, key) or 1) for key in ("tp", "ep", "dp", "pp")}
-    parallel = vllm_schedule(**sizes, moe=scenario.model.moe is not None)
-    schedule = Schedule.parse(parallel)
-    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=system.network)
+    point, parallel = reference_point(raw, system, chip, "decode", steps_batch)
+    scenario, schedule, graphs, model = point.scenario, point.schedule, point.scenario.cuda_graphs, row_model(raw)
     report = evaluate(point, with_ttft=False, breakdown=False)
     kernels = step_kernels(scenario.model, _layers(scenario), scenario.precision.weight_bits == 8)
     row = Row(model, batch, graphs, measured, steps_batch,
               uses_graphs(gpu, scenario, schedule), 1.0 / report.metrics.utps, kernels.host_ops, kernels.triton,
               system_id, parallel, constants)
     return row, "; ".join(report.violations)
+
+
+def row_model(raw: dict[str, str]) -> str:
+    """The catalog model a reference row measured."""
+    return _cell(raw, "catalog_model") or model_name(_cell(raw, "model"))
+
+
+def reference_point(raw: dict[str, str], system, chip, phase: str, batch: int) -> tuple[DesignPoint, str]:
+    """A reference row as the model evaluates it: ``phase`` at ``batch`` on ``chip`` over the system's network,
+    with the row's model, lengths, precision, CUDA-graph mode and vLLM schedule; and that schedule's text."""
+    scenario = Scenario(model=row_model(raw), phase=phase, batch=batch, input_len=int(_cell(raw, "input_len")),
+                        output_len=int(_cell(raw, "output_len")),
+                        cuda_graphs=_cell(raw, "cuda_graphs").lower() == "true",
+                        precision=_cell(raw, "precision") or None)
+    sizes = {key: int(_cell(raw, key) or 1) for key in ("tp", "ep", "dp", "pp")}
+    parallel = vllm_schedule(**sizes, moe=scenario.model.moe is not None)
+    return DesignPoint(chip=chip, scenario=scenario, schedule=Schedule.parse(parallel),
+                       network=system.network), parallel
 
 
 def _layers(scenario: Scenario) -> dict[str, int]:
