@@ -232,22 +232,23 @@ def r12_bandwidth_peak() -> dict:
 
 # Findings this command does not compute (a search each, minutes to an hour): the study that answers each.
 _BY_STUDY = (
-    ("R8", "3D over the best 2.5D, decode b1024", "1.30–1.48×", "3d-vs-2.5d"),
-    ("R9", "3D over the best 2.5D, decode b1", "up to 2.79×", "3d-vs-2.5d"),
-    ("R11", "prefill, 3D against H200*", "comparable", "3d-vs-2.5d"),
+    ("R8", "3D over the best 2.5D, decode b1024", "1.30–1.48×", ("3d-vs-2.5d",)),
+    ("R9", "3D over the best 2.5D, decode b1", "up to 2.79×", ("3d-vs-2.5d",)),
+    ("R10", "DeepSeek-V3 decode b1024, stacking and NoC searched, over H200*", "1.73×", ("3d-vs-2.5d",)),
+    ("R11", "prefill, 3D against H200*", "comparable", ("3d-vs-2.5d",)),
     ("R13", "best m = n for DeepSeek-V3 decode b4 / b1024 / prefill b4 / b1024", "≈ 9 / 6–7 / ≈ 7 / 2",
-     "paper-findings"),
+     ("paper-findings",)),
     ("R14", "batch divides the hardware into three groups (shallow / moderate / deep stacks)", "as stated",
-     "paper-findings"),
-    ("R15", "prefill's throughput-optimal (m, n): (6, 6) at b4, (2, 2) at b1024", "as stated", "paper-findings"),
-    ("R16", "energy-optimal designs: m > n at 0.5–0.7 W/mm²", "as stated", "paper-findings"),
-    ("R17", "large-batch decode hottest, designs above 85 °C", "as stated", "paper-findings"),
-    ("R18", "every thermally feasible design ≤ 0.8 W/mm²", "as stated", "thermal"),
-    ("R19", "NoC bandwidth (traded against SMs) and hop latency, b4 / b1024", "as stated", "paper-findings"),
-    ("R20", "one NoC level's bandwidth alone: L2 shrinks at no loss, L3 gains", "as stated", "paper-findings"),
+     ("paper-findings",)),
+    ("R15", "prefill's throughput-optimal (m, n): (6, 6) at b4, (2, 2) at b1024", "as stated", ("paper-findings",)),
+    ("R16", "energy-optimal designs: m > n at 0.5–0.7 W/mm²", "as stated", ("paper-findings",)),
+    ("R17", "large-batch decode hottest, designs above 85 °C", "as stated", ("paper-findings", "thermal")),
+    ("R18", "every thermally feasible design ≤ 0.8 W/mm²", "as stated", ("thermal",)),
+    ("R19", "NoC bandwidth (traded against SMs) and hop latency, b4 / b1024", "as stated", ("paper-findings",)),
+    ("R20", "one NoC level's bandwidth alone: L2 shrinks at no loss, L3 gains", "as stated", ("paper-findings",)),
     ("R22", "full parallelism over TP/PP/DP, decode b1024: DeepSeek-V3 / Qwen3-235B", "5.03× / 2.31×",
-     "paper-findings"),
-    ("R23", "the chip the search picks with and without EP", "as stated", "paper-findings"),
+     ("paper-findings",)),
+    ("R23", "the chip the search picks with and without EP", "as stated", ("paper-findings",)),
 )
 
 
@@ -279,22 +280,29 @@ def r10_over_h200(rows: list[dict]) -> list[dict]:
     return out
 
 
-def findings(rows: list[dict]) -> list[dict]:
+def findings(rows: list[dict], studies: Path | None = None) -> list[dict]:
+    """The findings this check computes, then those a study answers: read from the studies' current runs under
+    ``studies`` (:mod:`.paper_studies`), or, without it, each saying which study to run."""
     out = [*totals(rows), *r10_over_h200(rows), r12_bandwidth_peak(), r24_area_anchors()]
-    out += [{"finding": f, "what": what, "paper": paper, "paper_set": None, "default_set": None,
-             "verdict": f"{NOT_CHECKED}: deepstack study run studies/{study}.toml"
-                       + ("" if study == "paper-findings" else " --assumptions paper")}
-            for f, what, paper, study in _BY_STUDY]
-    return out
+    placeholders = [{"finding": f, "what": what, "paper": paper, "paper_set": None, "default_set": None,
+                     "verdict": f"{NOT_CHECKED}: " + " and ".join(
+                         f"deepstack study run studies/{s}.toml" + ("" if s == "paper-findings" else
+                                                                    " --assumptions paper") for s in studies_of),
+                     "studies": studies_of} for f, what, paper, studies_of in _BY_STUDY]
+    if studies is not None:
+        from deepstack.accuracy.paper_studies import study_findings
+        placeholders = study_findings(placeholders, studies)
+    return out + [{k: v for k, v in p.items() if k != "studies"} for p in placeholders]
 
 
-def paper_accuracy(progress=None) -> dict:
+def paper_accuracy(progress=None, studies: Path | None = None) -> dict:
     """Table 4 row by row and the findings, under both assumption sets; ``progress(done, total)`` after each of
-    the three parts (Table 4, the findings, each assumption's effect)."""
+    the three parts (Table 4, the findings, each assumption's effect). ``studies``: the folder of study runs the
+    findings that need a search are read from (none: they say which study answers them)."""
     tell = progress or (lambda done, total: None)
     rows = table4()
     tell(1, 3)
-    found = findings(rows)
+    found = findings(rows, studies)
     tell(2, 3)
     effects = assumption_effects(rows)
     tell(3, 3)

@@ -32,6 +32,7 @@ from deepstack.schema import StudyRecipe, load_file
 from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.executor import Tally
 from deepstack.search.files import check_output_folder, write_text_atomically
+from deepstack.search.studies.provenance import code_digest
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
                   "fronts", "paper_findings")
@@ -237,7 +238,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     wall_s = time.perf_counter() - started
     write_text_atomically(record_path, _json({
         "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
-        "assumptions": chosen,
+        "assumptions": chosen, "code_digest": code_digest(),
         "question": recipe.question, "parameters": _jsonable(params), "started_at": started_at,
         "finished_at": utc_now(), "wall_s": wall_s, "rows": context.rows_written,
         "files": [Path(f).relative_to(folder).as_posix() for f in dict.fromkeys(context.files)],

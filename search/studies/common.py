@@ -18,6 +18,16 @@ from deepstack.search.space import scaled_network
 from deepstack.search.studies import StudyContext
 
 PHASES = ("prefill", "decode")
+# `deepstack accuracy paper` reads a run's tables whose title starts so: the paper's findings the run answers
+FINDINGS_TITLE = "The paper's findings"
+FINDINGS_COLUMNS = ["finding", "what", "paper", "ours", "verdict"]
+
+
+def findings_table(ctx: StudyContext, rows: list[dict]) -> str:
+    """Record the paper's findings this run answers (under its assumption set) and return their Markdown."""
+    chosen = ctx.param("assumptions", "default")
+    return ctx.key_table(f"{FINDINGS_TITLE} this run answers, under the {chosen} assumption set", rows,
+                         FINDINGS_COLUMNS)
 
 
 def point(chip: str, sc: Scenario, noc: str | None = None, stacked_layers: int | None = None,

@@ -10,6 +10,7 @@ from deepstack.accuracy.paper import SPEEDUP_TOLERANCE, paper_accuracy, verdict
 from deepstack.schema import build_scenario
 from deepstack.search.studies import StudyContext, runner
 from deepstack.search.studies.cells import Cell, evaluate_all, evaluated_rows, regime_label
+from deepstack.search.studies.common import FINDINGS_TITLE
 from deepstack.search.studies.noc_sensitivity import sensitivity_rows, sweeps_of
 from deepstack.search.studies.point_search import Hardware, PointTask, best_of, run_tasks
 
@@ -276,7 +277,7 @@ def paper_findings(ctx: StudyContext) -> None:
         + ctx.key_table("Table 4, STPS: the paper's and ours under each assumption set", result["table4"],
                         TABLE4_COLUMNS)
         + "\n\n"
-        + ctx.key_table("The paper's findings: its value, ours under the paper and the default set", findings,
+        + ctx.key_table(f"{FINDINGS_TITLE}: its value, ours under the paper and the default set", findings,
                         FINDING_COLUMNS)
         + "\n\n"
         + ctx.key_table("Which assumption moves the results: each choice of the paper set back at the default "

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepstack import catalog
+from deepstack.accuracy.paper import FAILS, HOLDS
 from deepstack.errors import UserInputError
 from deepstack.models import dvfs
+from deepstack.models.assumptions import PAPER_AMBIENT_C
 from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import resolve_device
 from deepstack.models.results import Report
@@ -265,7 +267,40 @@ def thermal_distribution(ctx: StudyContext) -> None:
                          "max_power_density_W_per_mm2", "median_clock_share", "median_stps_vs_coolest"])
         + "\nPer chip at the coolest ambient, over all regimes and stackings:\n\n"
         + ctx.key_table("Per chip at the coolest ambient", _per_chip(rows, chips, policies[0], ambients[0]))
+        + _findings(ctx, rows, table, chips)
     )
+
+
+# R18: every thermally feasible design found runs below ≈ 0.8 W/mm² ("≈": within the Table 4 tolerance, 10 %)
+R18_DENSITY_W_PER_MM2, R18_TOLERANCE = 0.8, 0.10
+
+
+def _findings(ctx: StudyContext, rows: list[dict], table: list[dict], chips: list[str]) -> str:
+    """R17 and R18 (paper §5.5) at the run's assumption set's own coolant (35 °C for ``paper``, the chips' own
+    otherwise) under the paper's static DVFS rule; nothing when the run has not evaluated that ambient. R18 holds
+    only where the thermal limit is what bounds the densities (some design above it): a run whose designs all
+    stay cool says nothing about where the limit lies."""
+    paper_set = ctx.param("assumptions", "default") == "paper"
+    ambient = PAPER_AMBIENT_C if paper_set else catalog.load("chips", chips[0]).thermal.ambient_c
+    regimes = [t for t in table if t["dvfs"] == dvfs.STATIC and t["ambient_c"] == ambient and t["evaluated"]]
+    if not regimes:
+        return ""
+    hottest = max(regimes, key=lambda t: (t["median_temperature_c"], t["max_temperature_c"]))
+    above = sum(t["above_limit"] for t in regimes)
+    feasible = [r for r in evaluated_rows(rows) if r["dvfs"] == dvfs.STATIC and r["ambient_c"] == ambient
+                and not r["above_limit"]]
+    densest = max((r["power_density_W_per_mm2"] for r in feasible), default=math.nan)
+    r17 = (hottest["phase"], hottest["batch"]) == ("decode", max(t["batch"] for t in regimes)) and above > 0
+    r18 = above > 0 and densest <= R18_DENSITY_W_PER_MM2 * (1 + R18_TOLERANCE)
+    at = f"at {ambient:g} °C, static DVFS"
+    found = [{"finding": "R17", "what": f"the hottest regime; designs above the limit ({at})",
+              "paper": "large-batch decode; many above 85 °C",
+              "ours": f"{regime_label(hottest['phase'], hottest['batch'])} (median "
+                      f"{hottest['median_temperature_c']:.1f} °C); {above} of {sum(t['evaluated'] for t in regimes)} "
+                      "above the limit", "verdict": HOLDS if r17 else FAILS},
+             {"finding": "R18", "what": f"the densest thermally feasible design ({at})", "paper": "≈ 0.8 W/mm²",
+              "ours": f"{densest:.2f} W/mm² ({above} designs above the limit)", "verdict": HOLDS if r18 else FAILS}]
+    return "\n\n" + common.findings_table(ctx, found)
 
 
 def _verdict(per_ambient: list[dict]) -> str:
