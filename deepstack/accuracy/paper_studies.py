@@ -82,7 +82,7 @@ def _from_study(out_root: Path, study: str, placeholder: dict) -> list[dict]:
         default_rows = {r["what"]: r["ours"] for r in _rows(default)} if default else {}
         rows = [{"finding": finding, "what": r["what"], "paper": r["paper"], "paper_set": r["ours"],
                  "default_set": default_rows.get(r["what"]), "verdict": r["verdict"]} for r in rows]
-        source += f"; default set: {default_source or default_problem}"
+        source += "; default set: " + " — ".join(filter(None, (default_source, default_problem)))
     # a stale run's figures are shown, its verdict is not: it was reached by other code
     return [{**r, "verdict": f"{r['verdict']} ({problem})" if problem else r["verdict"], "source": source}
             for r in rows]

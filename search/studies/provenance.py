@@ -11,17 +11,22 @@ import hashlib
 import importlib
 from pathlib import Path
 
+_PACKAGES = ("deepstack", "deepstack.models", "deepstack.search")  # three folders: models/ and search/ sit beside
 _SOURCES = ("*.py", "*.toml")  # the laws and runners, and the presets (chips, NoCs, models, spaces)
+
+
+def digest_of(roots: dict[str, Path]) -> str:
+    """SHA-256 (hex, first 16 digits) over the name and bytes of every source and preset file under each root."""
+    digest = hashlib.sha256()
+    for name, root in sorted(roots.items()):
+        files = sorted({f for pattern in _SOURCES for f in root.rglob(pattern) if "__pycache__" not in f.parts})
+        for path in files:
+            digest.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @functools.cache
 def code_digest() -> str:
-    """SHA-256 (hex, first 16 digits) over the path and bytes of every source and preset file of the package."""
-    digest = hashlib.sha256()
-    for package in map(importlib.import_module, ("deepstack", "deepstack.models", "deepstack.search")):
-        root = Path(package.__file__).parent
-        files = sorted({f for pattern in _SOURCES for f in root.rglob(pattern) if "__pycache__" not in f.parts})
-        for path in files:
-            digest.update(f"{package.__name__}/{path.relative_to(root).as_posix()}\0".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+    """The digest of the code now running (its three package folders)."""
+    return digest_of({name: Path(importlib.import_module(name).__file__).parent for name in _PACKAGES})
