@@ -10,7 +10,7 @@ import typer
 
 from deepstack import api, report
 from deepstack.errors import RunInterruptedError, UserInputError
-from deepstack.models import collectives, network
+from deepstack.registry import ALGORITHMS, TOPOLOGIES, DeepStackPluginError, load_plugins
 
 app = typer.Typer(
     name="deepstack",
@@ -46,6 +46,15 @@ def _bar(label: str, json_out: bool):
     bar on a pipe leaves a blank line before any error) and never with --json. Yields ``advance(done, total)``
     (the total is the command's to tell)."""
     return report.progress_bar(label, None, enabled=not json_out and sys.stderr.isatty())
+
+
+def _registered(registry) -> tuple[str, ...]:
+    """A registry's names for a flag's help (only the built-ins while a broken plugin stops the rest: run() then
+    reports it)."""
+    try:
+        return registry.names()
+    except DeepStackPluginError:
+        return registry.declared()
 
 
 TABLE_ROWS = 100  # longer listings go to --json: a terminal table of thousands of rows helps nobody
@@ -306,12 +315,11 @@ def collective(
     op: Annotated[str, typer.Option(help="all_reduce, all_gather, reduce_scatter, all_to_all or send_recv.")],
     bytes_per_rank: Annotated[float, typer.Option("--bytes", help="Per-rank input size in bytes.")],
     topology: Annotated[str | None, typer.Option(
-        help=f"Per level, innermost first: {', '.join(network.topology_names())}.")] = None,
+        help=f"Per level, innermost first: {', '.join(_registered(TOPOLOGIES))}.")] = None,
     dims: Annotated[str | None, typer.Option(help="Per level: 8 or 4x4, comma-separated.")] = None,
     link_bw_GBps: Annotated[str | None, typer.Option("--link-bw-GBps", help="Per level, GB/s per link.")] = None,
     hop_latency_ns: Annotated[str | None, typer.Option("--hop-latency-ns", help="Per level, ns per hop.")] = None,
-    algorithm: Annotated[str, typer.Option(help=", ".join(dict.fromkeys(
-        ("auto", *(name for op in collectives.OPS for name in collectives.algorithms(op))))))] = "auto",
+    algorithm: Annotated[str, typer.Option(help=", ".join(("auto", *_registered(ALGORITHMS))))] = "auto",
     packet_bytes: Annotated[str | None, typer.Option(help="Payload bytes per packet, per level.")] = None,
     header_bytes: Annotated[str | None, typer.Option(help="Header bytes per packet, per level.")] = None,
     ports: Annotated[str | None, typer.Option(
@@ -859,6 +867,7 @@ def run(argv: list[str] | None = None) -> int:
     tune_gc()  # every command may evaluate many design points; forked workers inherit the setting
     command = typer.main.get_command(app)
     try:
+        load_plugins()  # a broken plugin: one line naming it, exit 2
         result = command.main(args=argv, prog_name="deepstack", standalone_mode=False)
     except UserInputError as exc:
         return _fail(str(exc))

@@ -11,9 +11,9 @@ from deepstack.models import collectives, network
 from deepstack.models.collectives import Algorithm, collective_time, step
 from deepstack.models.hardware.area import noc_ports
 from deepstack.models.network import NetworkTopology, Topology, TopologyLevel
+from deepstack.registry import ALGORITHMS, TOPOLOGIES
 from deepstack.schema import NetworkLevel, Schedule
-from deepstack.schema.hardware import TOPOLOGY_DIMENSIONS
-from deepstack.schema.schedule import ALGORITHMS_FOR
+from deepstack.schema.schedule import algorithms_for
 
 S = 1e6  # bytes per rank
 B = 100e9  # B/s per link and direction
@@ -94,12 +94,13 @@ def test_a_registered_algorithm_runs_on_a_registered_topology(star, reduce_then_
 def test_unregistering_restores_the_library(star, reduce_then_broadcast):
     assert "star" in network.topology_names()
     assert reduce_then_broadcast in collectives.algorithms("all_reduce")
+    built_in = tuple(n for n in collectives.algorithms("all_reduce") if n != reduce_then_broadcast)
     network.unregister_topology("star")
     collectives.unregister_algorithm(reduce_then_broadcast)
     try:
         with pytest.raises(ValueError, match="topology: must be one of"):
             TopologyLevel("star", (4,), B, DELTA)
-        assert collectives.algorithms("all_reduce") == ALGORITHMS_FOR["all_reduce"]
+        assert collectives.algorithms("all_reduce") == built_in == algorithms_for("all_reduce")
     finally:  # the fixtures unregister again
         network.register_topology("star", Star)
         collectives.register_algorithm(ReduceThenBroadcast())
@@ -116,10 +117,15 @@ def test_bad_registrations_are_refused():
     assert "x" not in collectives.algorithms("all_reduce")
 
 
-def test_the_built_ins_are_the_schema_names():
-    # catalog files are validated by the schema, which cannot import the model: the two lists must agree
-    assert network.topology_names() == tuple(TOPOLOGY_DIMENSIONS)
-    assert {op: collectives.algorithms(op) for op in collectives.OPS} == ALGORITHMS_FOR
+def test_one_declaration_per_name():
+    """The schema, the models and the CLI read one registry: the names each lists are the same, once each."""
+    assert network.topology_names() == TOPOLOGIES.names() == (
+        "switch", "ring", "chain", "mesh", "torus", "fully_connected")
+    for op in collectives.OPS:
+        assert collectives.algorithms(op) == algorithms_for(op)
+    assert collectives.algorithms("all_reduce") == (
+        "ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "hierarchical_ring")
+    assert len(set(ALGORITHMS.names())) == len(ALGORITHMS.names())
 
 
 def test_files_may_name_what_is_registered(star, reduce_then_broadcast):

@@ -1,4 +1,5 @@
-"""Preset catalog: LLMs, chip architectures (Table 2), NoCs (Table 3) and real GPU systems, as package data.
+"""Preset catalog: LLMs, chip architectures (Table 2), NoCs (Table 3) and real GPU systems, as package data,
+and the presets of installed plugins (their folders in :data:`deepstack.registry.CATALOGS`).
 
 Anywhere a preset name is taken, a path to the user's own ``.toml``/``.yaml``/``.json`` file works too.
 """
@@ -10,22 +11,43 @@ from importlib import resources
 from pathlib import Path
 
 from deepstack.errors import UserInputError
+from deepstack.registry import CATALOGS, load_plugins
 from deepstack.schema.loader import SUFFIXES, read_file
 
 KINDS = {"llms": "llm", "chips": "chip", "nocs": "noc", "systems": "system"}
 _WHAT = {"llms": "model", "chips": "chip", "nocs": "NoC", "systems": "system"}
 
 
-def _folder(kind: str):
+def _index(kind: str) -> dict[str, Path]:
+    """Every preset of one kind, name → file: the package's, then each plugin's."""
     if kind not in KINDS:
         raise UserInputError(f"catalog kind: must be one of {', '.join(KINDS)} (got {kind!r})")
-    return resources.files(__package__) / kind
+    load_plugins()
+    return _index_of(kind, CATALOGS.generation)
 
 
 @functools.cache
+def _index_of(kind: str, generation: int) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for owner, folder in (("the package", Path(str(resources.files(__package__)))), *CATALOGS.items()):
+        for path in sorted((folder / kind).glob("*.toml")):
+            name = path.name.removesuffix(".toml").lower()
+            if name in found:
+                raise UserInputError(f"catalog {owner}: {kind} preset {name!r} ({path}) is already a preset "
+                                     f"({found[name]}); give it another name")
+            found[name] = path
+    return found
+
+
 def names(kind: str) -> tuple[str, ...]:
     """Preset names of one kind, sorted."""
-    return tuple(sorted(p.name.removesuffix(".toml") for p in _folder(kind).iterdir() if p.name.endswith(".toml")))
+    _index(kind)
+    return _names_of(kind, CATALOGS.generation)
+
+
+@functools.cache
+def _names_of(kind: str, generation: int) -> tuple[str, ...]:
+    return tuple(sorted(_index_of(kind, generation)))
 
 
 def _is_path(value: str) -> bool:
@@ -34,7 +56,7 @@ def _is_path(value: str) -> bool:
 
 @functools.cache
 def _preset_data(kind: str, name: str) -> dict:
-    return read_file(Path(str(_folder(kind) / f"{name}.toml")))
+    return read_file(_index(kind)[name])
 
 
 def load_data(kind: str, value: str) -> dict:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from deepstack import units
+from deepstack.registry import TOPOLOGIES
 from deepstack.schema.base import Frozen, Sourced
 
 MAX_STACKED_LAYERS = 16  # paper §4.2.2 explores m = 1..16
@@ -264,22 +265,6 @@ class ChipArchitecture(Sourced):
         return self.device.dram.technology == "3d-stacked"
 
 
-# Topology kinds a network level may name → how many dims each takes. The models' topology registry
-# (deepstack.models.network.register_topology) adds the kinds a user registers, so files may name them too.
-TOPOLOGY_DIMENSIONS: dict[str, int] = {
-    "switch": 1, "ring": 1, "chain": 1, "mesh": 2, "torus": 2, "fully_connected": 1,
-}
-
-
-def declare_topology(name: str, dimensions: int) -> None:
-    """Let network levels name the topology kind ``name`` (taking ``dimensions`` dims)."""
-    TOPOLOGY_DIMENSIONS[name] = dimensions
-
-
-def forget_topology(name: str) -> None:
-    TOPOLOGY_DIMENSIONS.pop(name, None)
-
-
 class NetworkLevel(Frozen):
     """One level of the hierarchical network (L1 die, L2 chip, L3 system)."""
 
@@ -311,13 +296,12 @@ class NetworkLevel(Frozen):
     @field_validator("topology")
     @classmethod
     def _known_topology(cls, value: str) -> str:
-        if value not in TOPOLOGY_DIMENSIONS:
-            raise ValueError(f"must be one of {', '.join(TOPOLOGY_DIMENSIONS)} (got {value!r})")
+        TOPOLOGIES.get(value)  # ValueError naming the registered kinds
         return value
 
     @model_validator(mode="after")
     def _dims_match_topology(self) -> NetworkLevel:
-        want = TOPOLOGY_DIMENSIONS[self.topology]
+        want = TOPOLOGIES.get(self.topology).dimensions
         if len(self.dims) != want:
             raise ValueError(f"dims of a {self.topology} must have {want} value(s), got {len(self.dims)}")
         if any(d < 1 or d > 65536 for d in self.dims):

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator, Field, PlainSerializer, model_validator
 
 from deepstack.errors import UserInputError
+from deepstack.registry import ALGORITHMS, registered
 from deepstack.schema.base import Frozen
 from deepstack.schema.frozen import FrozenMap
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
-Algorithm = str  # "auto" or a name in ALGORITHMS_FOR (checked by the models that name one)
+COLLECTIVES: tuple[str, ...] = get_args(Collective)
+Algorithm = str  # "auto" or a registered algorithm that implements the collective (deepstack.registry.ALGORITHMS)
 MODULE_DEGREES = ("tp", "ep", "sp", "cp", "dp")
 _MODULE_ALIASES = {"attn": "attention", "attention": "attention", "ffn": "ffn", "moe": "ffn", "mlp": "ffn"}
 _MAX_DEGREE = 1 << 20
@@ -32,27 +34,9 @@ def dense_on_attention(moe_mode: str) -> bool:
     """Whether the dense FFN layers, shared experts and vocabulary-parallel embedding and head run on the
     attention's layout (``replace_only``) rather than the FFN module's."""
     return moe_mode == "replace_only"
-# Which algorithms implement which collective: the built-ins of deepstack.models.collectives (a test keeps them
-# equal); its register_algorithm adds the ones a user registers, so files and --parallel may name them too.
-ALGORITHMS_FOR: dict[str, tuple[str, ...]] = {
-    "all_reduce": ("ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "hierarchical_ring"),
-    "all_gather": ("ring", "halving_doubling", "direct", "hierarchical", "hierarchical_ring"),
-    "reduce_scatter": ("ring", "halving_doubling", "direct", "hierarchical", "hierarchical_ring"),
-    "all_to_all": ("direct", "pairwise"),
-    "send_recv": ("direct",),
-}
-
-
-def declare_algorithm(name: str, collectives) -> None:
-    """Let schedules name the algorithm ``name`` for each of ``collectives``."""
-    for collective in collectives:
-        if name not in ALGORITHMS_FOR[collective]:
-            ALGORITHMS_FOR[collective] = (*ALGORITHMS_FOR[collective], name)
-
-
-def forget_algorithm(name: str) -> None:
-    for collective, names in ALGORITHMS_FOR.items():
-        ALGORITHMS_FOR[collective] = tuple(n for n in names if n != name)
+def algorithms_for(collective: str) -> tuple[str, ...]:
+    """The registered algorithms that implement ``collective``, in registration order (built-ins first)."""
+    return registered(ALGORITHMS, lambda algorithm: collective in algorithm.ops)
 
 
 def checked_collectives(table) -> FrozenMap:
@@ -61,11 +45,11 @@ def checked_collectives(table) -> FrozenMap:
     if not isinstance(table, Mapping):
         raise ValueError(f"collectives: must be a table of collective = algorithm (got {table!r})")
     for collective, algorithm in table.items():
-        if collective not in ALGORITHMS_FOR:
-            raise ValueError(f"collectives: unknown collective {collective!r}; allowed: {', '.join(ALGORITHMS_FOR)}")
-        if algorithm != "auto" and algorithm not in ALGORITHMS_FOR[collective]:
+        if collective not in COLLECTIVES:
+            raise ValueError(f"collectives: unknown collective {collective!r}; allowed: {', '.join(COLLECTIVES)}")
+        if algorithm != "auto" and algorithm not in algorithms_for(collective):
             raise ValueError(f"collectives.{collective}: must be auto or one of "
-                             f"{', '.join(ALGORITHMS_FOR[collective])} (got {algorithm!r})")
+                             f"{', '.join(algorithms_for(collective))} (got {algorithm!r})")
     return table if isinstance(table, FrozenMap) else FrozenMap(table)
 
 

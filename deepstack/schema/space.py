@@ -6,11 +6,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, PlainSerializer, field_validator, model_validator
 
+from deepstack.registry import ALGORITHMS
 from deepstack.schema.base import Frozen
 from deepstack.schema.frozen import FrozenMap, frozen, plain
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
 from deepstack.schema.scenario import Assumptions
-from deepstack.schema.schedule import ALGORITHMS_FOR, Algorithm
+from deepstack.schema.schedule import Algorithm
 
 
 class SramOption(Frozen):
@@ -82,7 +83,7 @@ class ScheduleAxes(Frozen):
     @field_validator("collective_algorithms")
     @classmethod
     def _known_algorithms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        known = dict.fromkeys(name for names in ALGORITHMS_FOR.values() for name in names)
+        known = ALGORITHMS.names()
         for name in value:
             if name != "auto" and name not in known:
                 raise ValueError(f"must be auto or one of {', '.join(known)} (got {name!r})")

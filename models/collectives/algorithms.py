@@ -14,7 +14,9 @@ no library edit::
 
     register_algorithm(ReduceThenBroadcast())
 
-Plans are memoised by algorithm name: registering or unregistering clears every memo table.
+Plans are memoised by algorithm name: registering or unregistering clears every memo table. The algorithms live
+in :data:`deepstack.registry.ALGORITHMS`, which schedules are validated against, so a registered algorithm (here
+or by a plugin) is named in files and ``--parallel`` like a built-in one.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from collections.abc import Sequence
 from deepstack.errors import UserInputError
 from deepstack.models import memo
 from deepstack.models.collectives.steps import Step
-from deepstack.schema.schedule import ALGORITHMS_FOR, declare_algorithm, forget_algorithm
+from deepstack.registry import ALGORITHMS
+from deepstack.schema.schedule import COLLECTIVES
 
-OPS: tuple[str, ...] = tuple(ALGORITHMS_FOR)  # the collectives (the schema's names)
+OPS: tuple[str, ...] = COLLECTIVES  # the collectives (the schema's names)
 
 
 class CollectiveError(UserInputError, ValueError):
@@ -77,17 +80,12 @@ class Composite(Algorithm):
         raise NotImplementedError
 
 
-_BY_OP: dict[str, dict[str, Algorithm]] = {op: {} for op in OPS}
-_NAMES: dict[str, tuple[str, ...]] = {op: () for op in OPS}  # kept with _BY_OP: algorithms() runs per call
-
-
 def register_algorithm(algorithm: Algorithm | type[Algorithm]) -> Algorithm:
     """Make an algorithm available for each of its ``ops`` (a class is instantiated); returns it.
 
     Usable as a class decorator. Registering clears every memo table (plans are memoised by name).
     """
     register_built_in(algorithm)
-    declare_algorithm(algorithm.name, algorithm.ops)  # schedules and spaces may name it too
     memo.clear_caches()
     return algorithm
 
@@ -100,26 +98,37 @@ def register_built_in(algorithm: Algorithm | type[Algorithm]) -> Algorithm:
     if not instance.name or instance.name in ("auto", "none"):
         raise ValueError(f"an algorithm needs a name other than auto and none, got {instance.name!r}")
     for op in instance.ops:
-        if op not in _BY_OP:
+        if op not in OPS:
             raise ValueError(f"algorithm {instance.name}: op must be one of {', '.join(OPS)} (got {op!r})")
-    for op in instance.ops:
-        _BY_OP[op][instance.name] = instance
-        _NAMES[op] = tuple(_BY_OP[op])
+    ALGORITHMS.declare(instance.name, instance)
     return algorithm
 
 
 def unregister_algorithm(name: str) -> None:
     """Forget an algorithm for every collective it serves (and every memo table, which may hold its plans)."""
-    for op, registered in _BY_OP.items():
-        if registered.pop(name, None) is not None:
-            _NAMES[op] = tuple(registered)
-    forget_algorithm(name)
+    ALGORITHMS.forget(name)
     memo.clear_caches()
+
+
+# per collective: its algorithms by name, and their names, in registration order; derived from ALGORITHMS and
+# rebuilt only when it changed (algorithms() runs on every collective timed)
+_BY_OP: dict = {"generation": -1, "by_op": {}, "names": {}}
+
+
+def _derived() -> dict:
+    if _BY_OP["generation"] != ALGORITHMS.generation:
+        table: dict[str, dict[str, Algorithm]] = {op: {} for op in OPS}
+        for name, instance in ALGORITHMS.items():
+            for op in instance.ops:
+                table[op][name] = instance
+        _BY_OP.update(by_op=table, names={op: tuple(named) for op, named in table.items()},
+                      generation=ALGORITHMS.generation)
+    return _BY_OP
 
 
 def algorithms(op: str) -> tuple[str, ...]:
     """Algorithm names available for a collective (besides "auto"), in registration order (built-ins first)."""
-    names = _NAMES.get(op)
+    names = _derived()["names"].get(op)
     if names is None:
         raise CollectiveError(f"op: must be one of {', '.join(OPS)} (got {op!r})")
     return names
@@ -127,4 +136,4 @@ def algorithms(op: str) -> tuple[str, ...]:
 
 def algorithm(op: str, name: str) -> Algorithm:
     """The registered algorithm ``name`` of collective ``op`` (both already checked)."""
-    return _BY_OP[op][name]
+    return _derived()["by_op"][op][name]

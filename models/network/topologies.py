@@ -17,9 +17,9 @@ To add a topology, subclass :class:`Topology` and register it (no library edit n
         @classmethod
         def node_ports(cls, n): ...
 
-Routes are memoised by topology name: registering or unregistering a kind clears every memo table.
-The schema (``deepstack.schema.hardware.Topology``) lists the built-in names for catalog files; a registered
-kind is used through :class:`~deepstack.models.network.TopologyLevel` directly.
+Routes are memoised by topology name: registering or unregistering a kind clears every memo table. The kinds
+live in :data:`deepstack.registry.TOPOLOGIES`, which the schema validates network files against, so a
+registered kind (here or by a plugin) is named in files and flags like a built-in one.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from deepstack.models import memo
-from deepstack.schema.hardware import declare_topology, forget_topology
+from deepstack.registry import TOPOLOGIES
 
 
 class Topology:
@@ -70,9 +70,6 @@ class Topology:
         return sum(cls.axis(size).node_ports(size) for size in dims if size > 1)
 
 
-_REGISTRY: dict[str, type[Topology]] = {}
-
-
 def register_topology(name: str, kind: type[Topology] | None = None) -> Callable | type[Topology]:
     """Register a :class:`Topology` subclass under ``name`` (use directly or as a class decorator).
 
@@ -81,7 +78,6 @@ def register_topology(name: str, kind: type[Topology] | None = None) -> Callable
 
     def add(cls: type[Topology]) -> type[Topology]:
         _add(name, cls)
-        declare_topology(name, cls.dimensions)  # network files may name it too
         memo.clear_caches()
         return cls
 
@@ -94,8 +90,7 @@ def _add(name: str, cls: type[Topology]) -> type[Topology]:
     if cls.dimensions not in (1, 2):
         raise ValueError(f"topology {name!r}: dimensions must be 1 or 2, got {cls.dimensions!r}")
     cls.name = name
-    _REGISTRY[name] = cls
-    return cls
+    return TOPOLOGIES.declare(name, cls)
 
 
 def _built_in(name: str) -> Callable[[type[Topology]], type[Topology]]:
@@ -105,14 +100,14 @@ def _built_in(name: str) -> Callable[[type[Topology]], type[Topology]]:
 
 def unregister_topology(name: str) -> None:
     """Forget a registered topology kind (and every memo table, which may hold its routes)."""
-    del _REGISTRY[name]
-    forget_topology(name)
+    TOPOLOGIES.get(name)  # ValueError naming the registered kinds
+    TOPOLOGIES.forget(name)
     memo.clear_caches()
 
 
 def topology_names() -> tuple[str, ...]:
     """Names of the registered topology kinds, built-in ones first."""
-    return tuple(_REGISTRY)
+    return TOPOLOGIES.names()
 
 
 def topology_kind(name: str) -> type[Topology]:
@@ -121,10 +116,10 @@ def topology_kind(name: str) -> type[Topology]:
     Raises:
         ValueError: no such kind.
     """
-    kind = _REGISTRY.get(name)
-    if kind is None:
-        raise ValueError(f"topology: must be one of {', '.join(_REGISTRY)} (got {name!r})")
-    return kind
+    try:
+        return TOPOLOGIES.get(name)
+    except ValueError as exc:
+        raise ValueError(f"topology: {exc}") from None
 
 
 # --------------------------------------------------------------------------------------------------------------
