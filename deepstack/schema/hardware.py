@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from deepstack import units
-from deepstack.registry import TOPOLOGIES
+from deepstack.registry import ALGORITHMS, TOPOLOGIES
 from deepstack.schema.base import Frozen, Sourced
 
 MAX_STACKED_LAYERS = 16  # paper §4.2.2 explores m = 1..16
@@ -280,6 +280,17 @@ class NetworkLevel(Frozen):
         description="who owns the level's links: per_device (rail-optimised, e.g. one NIC per GPU) or "
         "shared_uplink (one set of ports per group of inner devices, e.g. a leaf switch's uplink, a die's edge)")
     energy_pJ_per_bit: float = Field(gt=0, le=1000)
+    algorithm: str = Field(
+        "auto", description="the collective algorithm of this level, as ASTRA-sim names one per network "
+        "dimension: auto (the fastest applicable), or a registered algorithm, run by every collective it "
+        "implements whose groups lie on this level, and by the hierarchical algorithm's phases here")
+
+    @field_validator("algorithm")
+    @classmethod
+    def _known_algorithm(cls, value: str) -> str:
+        if value != "auto" and value not in ALGORITHMS:
+            raise ValueError(f"must be auto or one of {', '.join(ALGORITHMS.names())} (got {value!r})")
+        return value
 
     @field_validator("dims", mode="before")
     @classmethod

@@ -61,7 +61,7 @@ from deepstack.models.collectives.algorithms import (
     register_algorithm,
     unregister_algorithm,
 )
-from deepstack.models.collectives.engine import collective_time, time_on_groups
+from deepstack.models.collectives.engine import collective_time, level_algorithm, time_on_groups
 from deepstack.models.collectives.results import CollectiveResult, StepResult
 from deepstack.models.collectives.steps import Step, step
 
@@ -75,6 +75,7 @@ __all__ = [
     "StepResult",
     "algorithms",
     "collective_time",
+    "level_algorithm",
     "register_algorithm",
     "step",
     "time_on_groups",

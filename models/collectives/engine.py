@@ -76,6 +76,8 @@ def _composite(chosen: Composite, op: str, S: float, groups: tuple, topology: Ne
 def _phase_run(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float, within: str) -> Run:
     """The run of one phase of a composite: its named algorithm, or the fastest applicable one ("auto")."""
     if within == "auto":
+        within = level_algorithm(op, groups, topology)
+    if within == "auto":
         return _best(op, S, groups, topology, overhead_s)[0]
     return execute(op, within, S, groups, topology, overhead_s)
 
@@ -83,11 +85,33 @@ def _phase_run(op: str, S: float, groups: tuple, topology: NetworkTopology, over
 def _phase_figures(op: str, S: float, groups: tuple, topology: NetworkTopology, overhead_s: float, within: str):
     """(steps as (count, time, latency, congestion), bytes per level) of one phase of a composite."""
     if within == "auto":
+        within = level_algorithm(op, groups, topology)
+    if within == "auto":
         _, _, steps, level_bytes = _ranked(op, S, groups, topology, overhead_s)
         return steps, level_bytes
     run = execute(op, within, S, groups, topology, overhead_s)
     steps = tuple((s.count, s.time_s, s.latency_s, s.congestion_s) for s in run.steps)
     return steps, tuple(float(links.sum()) if links.size else 0.0 for links in run.link_totals)
+
+
+def level_algorithm(op: str, groups: tuple, topology: NetworkTopology) -> str:
+    """The algorithm the network's levels name for ``op`` on ``groups`` ("auto" where they leave it open), as
+    ASTRA-sim runs one algorithm per network dimension: groups on one level run that level's algorithm where
+    it implements ``op`` and applies to them; groups across several levels, of which one names an algorithm,
+    run the hierarchical algorithm, whose phases on each level resolve the same way. Anything else is "auto"."""
+    named = topology.level_algorithms
+    if named is None:
+        return "auto"
+    structure = topology.structure
+    crossed = [i for i, across in enumerate(_crossed_levels(groups, structure)) if across]
+    if len(crossed) == 1:
+        candidates = (named[crossed[0]],)
+    elif any(named[i] != "auto" for i in crossed):
+        candidates = ("hierarchical",)
+    else:
+        return "auto"
+    return next((name for name in candidates if name != "auto" and name in algorithms(op)
+                 and _unavailable(op, name, groups, structure) is None), "auto")
 
 
 def _unavailable(op: str, algorithm: str, groups: tuple, structure) -> str | None:
@@ -301,6 +325,8 @@ def _collective(
         name = "none" if algorithm == "auto" else algorithm
         empty = tuple(np.zeros(n) for n in topology.level_links)
         return _result_of_run(op, S, groups, topology, Run(name, "no communication", (), empty), (), overhead_s)
+    if algorithm == "auto":
+        algorithm = level_algorithm(op, groups, topology)
     if algorithm == "auto":
         best, candidates, steps, level_bytes = _ranked(op, S, groups, topology, overhead_s)
         return _result(op, S, groups, best, steps, level_bytes, candidates, overhead_s,

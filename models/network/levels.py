@@ -13,6 +13,7 @@ from deepstack.models import memo
 from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.models.network.axes import PORTS, level_link_counts
 from deepstack.models.network.topologies import topology_kind
+from deepstack.registry import ALGORITHMS
 
 # When a step's messages count as done (see :class:`NetworkTopology`).
 COMPLETIONS: tuple[str, ...] = ("delivery", "acknowledged")
@@ -47,6 +48,9 @@ class TopologyLevel:
             into the level, e.g. one NIC per GPU) or ``shared_uplink`` (each group of inner devices — one
             node of this level — has one set of ports that its devices share, e.g. a leaf switch's uplink or a
             die's UCIe edge). The innermost level's groups are single devices, so there both mean the same.
+        algorithm: the collective algorithm of this level (ASTRA-sim's per-dimension choice): ``auto``, or a
+            registered algorithm that the collectives on this level run where it applies
+            (:func:`deepstack.models.collectives.level_algorithm`).
     """
 
     __hash__ = cached_hash
@@ -60,6 +64,7 @@ class TopologyLevel:
     header_bytes: int = 0
     label: str = ""
     ports: str = "per_device"
+    algorithm: str = "auto"
 
     def __post_init__(self) -> None:
         want = topology_kind(self.topology).dimensions
@@ -75,6 +80,9 @@ class TopologyLevel:
             raise ValueError(f"header_bytes must be ≥ 0, got {self.header_bytes!r}")
         if self.ports not in PORTS:
             raise ValueError(f"ports must be one of {', '.join(PORTS)}, got {self.ports!r}")
+        if self.algorithm != "auto" and self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be auto or one of {', '.join(ALGORITHMS.names())}, "
+                             f"got {self.algorithm!r}")
 
     @property
     def size(self) -> int:
@@ -132,6 +140,12 @@ class NetworkTopology:
         """Topology, dims and port ownership of each level: all that routing depends on (the memoisation key of
         routes)."""
         return tuple((level.topology, tuple(level.dims), level.ports) for level in self.levels)
+
+    @functools.cached_property
+    def level_algorithms(self) -> tuple[str, ...] | None:
+        """Each level's collective algorithm, or None when every level leaves the choice to auto."""
+        named = tuple(level.algorithm for level in self.levels)
+        return None if all(name == "auto" for name in named) else named
 
     @functools.cached_property
     def framing(self) -> tuple[tuple[int | None, int], ...]:
@@ -202,6 +216,7 @@ def _from_schema(network) -> NetworkTopology:
                 header_bytes=int(level.header_bytes),
                 label=level.label,
                 ports=getattr(level, "ports", "per_device"),
+                algorithm=getattr(level, "algorithm", "auto"),
             )
             for level in levels
         ),
