@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_serializer, model_validator
 
 from deepstack import units
 from deepstack.registry import ALGORITHMS, TOPOLOGIES
@@ -284,6 +284,14 @@ class NetworkLevel(Frozen):
         "auto", description="the collective algorithm of this level, as ASTRA-sim names one per network "
         "dimension: auto (the fastest applicable), or a registered algorithm, run by every collective it "
         "implements whose groups lie on this level, and by the hierarchical algorithm's phases here")
+
+    @model_serializer(mode="wrap")
+    def _without_default_algorithm(self, handler):
+        # a level that leaves the algorithm to auto writes what it wrote before levels could name one
+        data = handler(self)
+        if data.get("algorithm") == "auto":
+            del data["algorithm"]
+        return data
 
     @field_validator("algorithm")
     @classmethod
