@@ -169,7 +169,8 @@ def layout_record(op: Attention, dev: DeviceSpec, a: AttentionLayouts, i: int) -
         f"q-block {int(a.bq[i])}, " if op.q_len > 1 else f"split-KV {int(a.split[i])}, ")
     return OpTiming(
         name=op.name, kind="attention", time_s=time_s, bound=bound, matrix_flops=op.flops,
-        vector_flops=op.scores * (4 if op.softmax else INDEXER_FLOPS_PER_SCORE), sfu_ops=op.scores * op.softmax, dram_B=float(a.dram_B[i]),
+        vector_flops=op.scores * (4 if op.softmax else INDEXER_FLOPS_PER_SCORE), sfu_ops=op.scores * op.softmax,
+        dram_B=float(a.dram_B[i]),
         l2_B=tiles * (kv_tile_B + qo_tile_B), l1_B=tiles * (2 * kv_tile_B + qo_tile_B),
         l0_B=tiles * (kv_tile_B + qo_tile_B), waves=int(a.waves[i]),
         config=layout + f"{int(a.kv_block[i])}-key blocks, {int(a.stages[i])} stages", wave_timings=waves,
