@@ -36,6 +36,15 @@ from deepstack.models.hardware.device import DeviceSpec
 
 ATTENTION_KV_BLOCKS = (16, 32, 64, 128)  # keys per pipeline stage searched (FlashAttention-2 uses 64–128)
 ATTENTION_Q_BLOCKS = (16, 32, 64, 128)  # query rows per tile searched in prefill
+# Decode KV splits on a real GPU (flash decoding: each split a thread block over a slice of one request's keys,
+# then a merge of the partial outputs by their log-sum-exp). The backends vLLM runs choose them to fill the SMs
+# when requests × KV heads are too few: FlashAttention's num_splits_heuristic (flash_api.cpp, hopper/heuristics.h)
+# takes 1 split when batch · heads · query blocks ≥ 0.8 · SMs, else the fewest splits, up to 128, whose wave
+# efficiency is ≥ 0.85 of the best; FlashMLA's get_mla_metadata spreads the batch's KV blocks evenly over all SMs
+# (a request may be split anywhere) and merges with a combine kernel; FlashInfer's decode plan splits the KV into
+# chunks so that (request, chunk) work items fill its grid. All fill the SMs, so the tuner times every
+# power-of-two split up to FlashAttention's 128 and keeps the fastest (a split below 16 keys is never taken).
+GPU_KV_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 # DSA lightning indexer, per query-key score of a head: ReLU, × the head's weight, + into the sum over heads
 # (DeepSeek-V3.2-Exp tech report eq. 1: I = Σ_j w_j · ReLU(q_j · k))
 INDEXER_FLOPS_PER_SCORE = 3
@@ -75,7 +84,7 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     dense_q = op.q_len > 1 and op.topk is None
     q_blocks = tuple(b for b in ATTENTION_Q_BLOCKS if b <= max(16, op.q_len)) if dense_q else (1,)
     max_split = max(1, _kv_seen(op) // min(ATTENTION_KV_BLOCKS))
-    splits = [s for s in SPLIT_K if s <= max_split] if op.q_len == 1 else [1]
+    splits = [s for s in (GPU_KV_SPLITS if dev.gpu_kv_splits else SPLIT_K) if s <= max_split] if op.q_len == 1 else [1]
     grid = np.array([(hb, bq, split, kv) for hb in pow2_range(1, op.q_per_group) for bq in q_blocks
                      for split in splits for kv in ATTENTION_KV_BLOCKS], dtype=np.int64)
     head_block, bq, split, kv_block = grid.T
