@@ -125,6 +125,11 @@ def evaluation(result: dict[str, Any]) -> None:
     )
     for violation in result["violations"]:
         console.print(f"  [red]✗[/red] {violation}")
+    running = sc.get("running_batch")
+    if running is not None:
+        console.print(f"  [yellow]![/yellow] KV cache: {running:,} of the {sc['batch']:,} requests fit; vLLM runs "
+                      f"{running:,} at a time and the other {sc['batch'] - running:,} wait (the metrics are those "
+                      "of the running requests)")
     metrics = [{"metric": label, "value": result["metrics"][key], "unit": unit}
                for key, (label, unit) in _METRIC_LABELS.items() if key in result["metrics"]]
     table("metrics", metrics)

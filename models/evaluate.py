@@ -20,6 +20,7 @@ from deepstack.models import assumptions, dvfs, reporting, thermal
 from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
+from deepstack.models.gpu.admission import admitted_batch
 from deepstack.models.gpu.prefill import Wave, prefill_wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
@@ -78,7 +79,13 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
                          point.noc_bw_scale)
     timed_on = timing_device(dev)
-    scenario = budgeted(point.scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
+    usable = dev.dram.capacity_B * (1 - MEMORY_RESERVE)
+    scenario, asked_batch = point.scenario, point.scenario.batch
+    if point.chip.gpu is not None and scenario.phase == "decode":  # vLLM runs the requests whose KV cache fits
+        running = admitted_batch(scenario, point.schedule, usable)
+        if 0 < running < asked_batch:
+            scenario = scenario.model_copy(update={"batch": running})
+    scenario = budgeted(scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
     coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
@@ -104,7 +111,6 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     ambient_c = assumptions.junction_ambient_c(scenario, dev.ambient_c)
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
     memory = memory_footprint(scenario, s)
-    usable = dev.dram.capacity_B * (1 - MEMORY_RESERVE)
     violations = []
     if memory.total_B > usable:
         violations.append(
@@ -120,10 +126,17 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         hardware=_judged_at(hardware_summary(point.chip, point.network, point.stacked_layers, point.connected_layers,
                                              point.sram, point.noc_bw_scale, devices), ambient_c),
         schedule=schedule_summary(s, devices, main.microbatches),
-        scenario=scenario_summary(scenario),
+        scenario=_summary(scenario, asked_batch),
         breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B,
                                       devices, point.network) if breakdown else None,
     )
+
+
+def _summary(scenario, asked_batch: int):
+    """The scenario as asked, with the requests that ran at once when fewer than asked fit (GPU decode)."""
+    if scenario.batch == asked_batch:
+        return scenario_summary(scenario)
+    return scenario_summary(scenario.model_copy(update={"batch": asked_batch}), running_batch=scenario.batch)
 
 
 def _judged_at(hardware, ambient_c: float):

@@ -69,10 +69,10 @@ def schedule_summary(s: Schedule, devices: int, microbatches: int) -> ScheduleSu
 
 
 @memo.cached(maxsize=4096)
-def scenario_summary(sc: Scenario) -> ScenarioSummary:
+def scenario_summary(sc: Scenario, running_batch: int | None = None) -> ScenarioSummary:
     return ScenarioSummary(model=sc.model.name, phase=sc.phase, batch=sc.batch, input_len=sc.input_len,
                            output_len=sc.output_len, precision=str(sc.precision),
-                           prefill_chunk_tokens=sc.prefill_chunk_tokens)
+                           prefill_chunk_tokens=sc.prefill_chunk_tokens, running_batch=running_batch)
 
 
 def _row_entry(r: Row, dev: DeviceSpec, scale: float, time_s: float, multiplier: int) -> OperatorEntry:

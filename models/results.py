@@ -129,6 +129,12 @@ class ScenarioSummary(Record):
     output_len: int
     precision: str
     prefill_chunk_tokens: int | None = None  # prefill tokens per step of a data replica the schedule ran with
+    # requests running at once when fewer than ``batch`` fit their KV cache (a GPU's vLLM admits only those; the
+    # others wait): the step, STPS, UTPS and power are theirs. None (key absent): the whole batch runs
+    running_batch: int | None = None
+
+    def _keys(self) -> tuple[str, ...]:
+        return self.KEYS if self.running_batch is not None else self.KEYS[:-1]
 
 
 @record

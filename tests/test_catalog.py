@@ -11,6 +11,7 @@ PUBLISHED_B = {  # issue 2 / docs/calibration.md §2: vendor totals
     "llama-3.1-405b": 405,
     "deepseek-v3": 671,
     "deepseek-r1": 671,
+    "deepseek-v3.2": 671,  # V3's 671 B; its indexer adds 0.85 B (docs/calibration.md §2)
     "qwen3-235b-a22b": 235,
     "mixtral-8x7b": 46.7,
     "qwen3-30b-a3b": 30.5,

@@ -123,10 +123,14 @@ def _words(text: str) -> list[str]:
 
 def model_name(text: str) -> str:
     """The catalog model a reference file's model column names: the one catalog name whose words contain every
-    word of the column (its "(display: …)" part dropped), e.g. "Llama-3 70B" → llama-3.3-70b."""
+    word of the column (its "(display: …)" part dropped), e.g. "Llama-3 70B" → llama-3.3-70b; of several, the one
+    with no other words ("DeepSeek-V3" → deepseek-v3, not deepseek-v3.2)."""
     wanted = _words(text.split("(display:")[0])
     matches = [name for name in names("llms") if wanted and all(
         _words(name).count(word) >= wanted.count(word) for word in set(wanted))]
+    exact = [name for name in matches if sorted(_words(name)) == sorted(wanted)]
+    if len(matches) > 1 and len(exact) == 1:  # "DeepSeek-V3" is deepseek-v3, not also deepseek-v3.2
+        matches = exact
     if len(matches) != 1:
         found = f"it matches {', '.join(matches)}" if matches else "no catalog model has all its words"
         raise UserInputError(f"reference file: model {text!r}: {found}; name one of {', '.join(names('llms'))} "

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from deepstack.schema.base import Frozen, Sourced
+
+INDEXER_QUANT_BLOCK = 128  # elements per FP32 scale of the indexer's FP8 keys (vLLM Indexer.quant_block_size)
 
 
 class Attention(Frozen):
@@ -22,6 +25,11 @@ class Attention(Frozen):
     qk_nope_head_dim: int | None = Field(None, ge=1)
     qk_rope_head_dim: int | None = Field(None, ge=1)
     v_head_dim: int | None = Field(None, ge=1)
+    # DeepSeek Sparse Attention (DeepSeek-V3.2-Exp config.json; docs/model.md §5): a lightning indexer of
+    # index_n_heads FP8 heads of index_head_dim scores every cached token, and MLA attends to the index_topk best
+    index_n_heads: int | None = Field(None, ge=1, description="DSA: lightning-indexer heads (None: dense attention)")
+    index_head_dim: int | None = Field(None, ge=1, description="DSA: lightning-indexer head dimension")
+    index_topk: int | None = Field(None, ge=1, description="DSA: tokens each query attends to (top-k of the indexer)")
 
     @model_validator(mode="after")
     def _consistent(self) -> Attention:
@@ -34,7 +42,36 @@ class Attention(Frozen):
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if self.kind == "mla" and any(v is None for v in mla):
             raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim")
+        dsa = (self.index_n_heads, self.index_head_dim, self.index_topk)
+        if any(v is not None for v in dsa):
+            if any(v is None for v in dsa):
+                raise ValueError("sparse attention needs index_n_heads, index_head_dim and index_topk together")
+            if self.kind != "mla" or not self.q_lora_rank:
+                raise ValueError("sparse attention (index_*) is DeepSeek's DSA: it needs kind = \"mla\" and "
+                                 "q_lora_rank (the indexer's queries come from the query latent)")
         return self
+
+    @property
+    def sparse(self) -> bool:
+        """DeepSeek Sparse Attention: a lightning indexer selects the ``index_topk`` tokens each query sees."""
+        return self.index_topk is not None
+
+    def indexer_parameters(self, hidden: int) -> int:
+        """Weights of one layer's lightning indexer, replicated on every TP rank (vLLM ``Indexer``: "no tensor
+        parallel, just replicated"): wq_b (q_lora_rank → heads · head_dim), wk (hidden → head_dim),
+        weights_proj (hidden → heads) and the key LayerNorm (weight and bias). 0 without DSA."""
+        if not self.sparse:
+            return 0
+        h, d = self.index_n_heads, self.index_head_dim
+        return self.q_lora_rank * h * d + hidden * d + hidden * h + 2 * d
+
+    def indexer_cache_bytes_per_token(self) -> float:
+        """Bytes of the indexer's key cache per token and layer: the key in FP8 (1 B per element) and one FP32
+        scale per 128-element block (DeepSeek-V3.2-Exp tech report: the indexer runs in FP8; vLLM
+        ``DeepseekV32IndexerCache``: head_dim + head_dim // 128 · 4 = 132 B). 0 without DSA."""
+        if not self.sparse:
+            return 0.0
+        return self.index_head_dim * 1.0 + math.ceil(self.index_head_dim / INDEXER_QUANT_BLOCK) * 4.0
 
     @property
     def qk_head_dim(self) -> int:
@@ -63,7 +100,7 @@ class Attention(Frozen):
             kv_a = hidden * (self.kv_lora_rank + self.qk_rope_head_dim) + self.kv_lora_rank
             kv_b = self.kv_lora_rank * h * (self.qk_nope_head_dim + self.v_head_dim)
             o = h * self.v_head_dim * hidden
-            return q + kv_a + kv_b + o
+            return q + kv_a + kv_b + o + self.indexer_parameters(hidden)
         q = hidden * h * self.head_dim
         kv = 2 * hidden * -(-self.kv_heads // tp) * self.head_dim
         o = h * self.head_dim * hidden

@@ -36,6 +36,23 @@ from deepstack.models.hardware.device import DeviceSpec
 
 ATTENTION_KV_BLOCKS = (16, 32, 64, 128)  # keys per pipeline stage searched (FlashAttention-2 uses 64–128)
 ATTENTION_Q_BLOCKS = (16, 32, 64, 128)  # query rows per tile searched in prefill
+# Decode KV splits on a real GPU (flash decoding: each split a thread block over a slice of one request's keys,
+# then a merge of the partial outputs by their log-sum-exp). The backends vLLM runs choose them to fill the SMs
+# when requests × KV heads are too few: FlashAttention's num_splits_heuristic (flash_api.cpp, hopper/heuristics.h)
+# takes 1 split when batch · heads · query blocks ≥ 0.8 · SMs, else the fewest splits, up to 128, whose wave
+# efficiency is ≥ 0.85 of the best; FlashMLA's get_mla_metadata spreads the batch's KV blocks evenly over all SMs
+# (a request may be split anywhere) and merges with a combine kernel; FlashInfer's decode plan splits the KV into
+# chunks so that (request, chunk) work items fill its grid. All fill the SMs, so the tuner times every
+# power-of-two split up to FlashAttention's 128 and keeps the fastest (a split below 16 keys is never taken).
+GPU_KV_SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
+# DSA lightning indexer, per query-key score of a head: ReLU, × the head's weight, + into the sum over heads
+# (DeepSeek-V3.2-Exp tech report eq. 1: I = Σ_j w_j · ReLU(q_j · k))
+INDEXER_FLOPS_PER_SCORE = 3
+
+
+def _kv_seen(op: Attention) -> int:
+    """Keys one decode query reads: every cached key, or (sparse) at most ``topk`` of them."""
+    return op.kv_len if op.topk is None else min(op.kv_len, op.topk)
 
 
 @dataclass(frozen=True)
@@ -63,9 +80,11 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     Raises:
         NoTilingError: no layout fits the device's L1.
     """
-    q_blocks = tuple(b for b in ATTENTION_Q_BLOCKS if b <= max(16, op.q_len)) if op.q_len > 1 else (1,)
-    max_split = max(1, op.kv_len // min(ATTENTION_KV_BLOCKS))
-    splits = [s for s in SPLIT_K if s <= max_split] if op.q_len == 1 else [1]
+    # a sparse query gathers its own keys, so a tile holds one query's heads (FlashMLA's sparse kernels)
+    dense_q = op.q_len > 1 and op.topk is None
+    q_blocks = tuple(b for b in ATTENTION_Q_BLOCKS if b <= max(16, op.q_len)) if dense_q else (1,)
+    max_split = max(1, _kv_seen(op) // min(ATTENTION_KV_BLOCKS))
+    splits = [s for s in (GPU_KV_SPLITS if dev.gpu_kv_splits else SPLIT_K) if s <= max_split] if op.q_len == 1 else [1]
     grid = np.array([(hb, bq, split, kv) for hb in pow2_range(1, op.q_per_group) for bq in q_blocks
                      for split in splits for kv in ATTENTION_KV_BLOCKS], dtype=np.int64)
     head_block, bq, split, kv_block = grid.T
@@ -92,34 +111,42 @@ def time_layouts(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, 
     head_blocks = ceil_div(op.q_per_group, head_block)
     q_tiles = ceil_div(op.q_len, bq)
     tiles = op.requests * op.kv_groups * split * head_blocks * q_tiles
-    sharing = head_blocks * q_tiles  # tiles reading the same KV stream
+    # tiles reading the same KV stream (a sparse query's gathered keys are its own)
+    sharing = head_blocks * (q_tiles if op.topk is None else 1)
     if op.q_len > 1:  # mean keys per query
         keys = np.full(len(rows), op.scores / max(op.requests * op.kv_groups * op.q_per_group * op.q_len, 1))
     else:
-        keys = ceil_div(op.kv_len, split)
+        keys = ceil_div(_kv_seen(op), split)
     qk_cycles = (ceil_div(rows, mt) * np.ceil(keys / nt) * math.ceil(op.qk_dim / kt) * 2 * mt * nt * kt
                  / dev.matrix_flops_per_cycle)
     pv_cycles = (ceil_div(rows, mt) * math.ceil(op.v_dim / nt) * np.ceil(keys / kt) * 2 * mt * nt * kt
                  / dev.matrix_flops_per_cycle)
     scores = rows * keys
-    vector = scores * 4 + np.where(split > 1, rows * op.v_dim * 3, 0)  # online softmax; split-KV merge
-    tile_cycles = qk_cycles + pv_cycles + vector / dev.vector_flops_per_cycle + scores / dev.sfu_ops_per_cycle
+    if op.softmax:
+        vector = scores * 4 + np.where(split > 1, rows * op.v_dim * 3, 0)  # online softmax; split-KV merge
+        exps = scores
+    else:  # DSA indexer: ReLU, the head's weight, the sum over heads; each split writes its own keys' logits
+        vector, exps = scores * INDEXER_FLOPS_PER_SCORE, scores * 0
+    tile_cycles = qk_cycles + pv_cycles + vector / dev.vector_flops_per_cycle + exps / dev.sfu_ops_per_cycle
     kv_tile_B = keys * op.kv_token_bytes
     qo_tile_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
     waves = ceil_div(tiles, dev.pes)
-    page_B = min(dev.dram.row_B, KV_PAGE_TOKENS * op.kv_token_bytes)
+    page_B = min(dev.dram.row_B, op.kv_token_bytes * (KV_PAGE_TOKENS if op.topk is None else 1))  # gathered: a token
     l1_s = (kv_tile_B + qo_tile_B) / dev.l1_bw_B_per_cycle / clock  # fill and read ports work in parallel
     compute_s = tile_cycles / clock
     units_s = ((qk_cycles + pv_cycles) / clock, vector / dev.vector_flops_per_cycle / clock,
-               scores / dev.sfu_ops_per_cycle / clock)  # matrix, vector, SFU: the bound's first three parts
+               exps / dev.sfu_ops_per_cycle / clock)  # matrix, vector, SFU: the bound's first three parts
     total = np.zeros(len(rows))
     dram_total = np.zeros(len(rows))
     kinds = wave_kinds(waves, tiles, dev.pes)
     kind_clocked, kind_dram, kind_bound = [], [], []
     for count, active in kinds:
         streams = ceil_div(active, sharing)
-        unique_kv_B = (streams * op.kv_len / split * op.kv_token_bytes if op.q_len == 1
-                       else streams * op.kv_len * op.kv_token_bytes)
+        if op.topk is not None:  # each stream its query's gathered keys
+            unique_kv_B = streams * keys * op.kv_token_bytes
+        else:
+            unique_kv_B = (streams * op.kv_len / split * op.kv_token_bytes if op.q_len == 1
+                           else streams * op.kv_len * op.kv_token_bytes)
         resident = l2_resident(dev, unique_kv_B)
         kv_B = np.where(resident, unique_kv_B, active * kv_tile_B)
         wave_B = kv_B + (active * qo_tile_B if op.q_len > 1 else 0.0)
@@ -151,7 +178,8 @@ def layout_record(op: Attention, dev: DeviceSpec, a: AttentionLayouts, i: int) -
         f"q-block {int(a.bq[i])}, " if op.q_len > 1 else f"split-KV {int(a.split[i])}, ")
     return OpTiming(
         name=op.name, kind="attention", time_s=time_s, bound=bound, matrix_flops=op.flops,
-        vector_flops=op.scores * 4, sfu_ops=op.scores, dram_B=float(a.dram_B[i]),
+        vector_flops=op.scores * (4 if op.softmax else INDEXER_FLOPS_PER_SCORE), sfu_ops=op.scores * op.softmax,
+        dram_B=float(a.dram_B[i]),
         l2_B=tiles * (kv_tile_B + qo_tile_B), l1_B=tiles * (2 * kv_tile_B + qo_tile_B),
         l0_B=tiles * (kv_tile_B + qo_tile_B), waves=int(a.waves[i]),
         config=layout + f"{int(a.kv_block[i])}-key blocks, {int(a.stages[i])} stages", wave_timings=waves,

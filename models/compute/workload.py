@@ -30,6 +30,7 @@ RMSNORM_FLOPS_PER_ELEMENT = 4  # square, accumulate, scale by rsqrt, scale by we
 ROPE_FLOPS_PER_ELEMENT = 3  # two multiplies and an add per rotated element (sin/cos precomputed)
 SILU_MUL_FLOPS_PER_ELEMENT = 4  # x·sigmoid(x) needs add + div + mul, then · up
 SOFTMAX_FLOPS_PER_ELEMENT = 4  # max, subtract, sum, scale (exp on the SFU)
+TOPK_FLOPS_PER_ELEMENT = 2  # radix select of a row's top-k (vLLM top_k_per_row): a histogram pass and a filter pass
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,12 @@ class Attention:
     causal: bool = True
     count: int = 1
     q_span: int | None = None  # positions the queries are spread over, ending at the last key (None: q_len)
+    # sparse attention (DSA): each query attends to at most ``topk`` of the keys it may see, gathered one token at
+    # a time from the cache (None: all of them, read in pages)
+    topk: int | None = None
+    # False: the scores are not softmax-normalised nor multiplied by V (DSA's lightning indexer: ReLU, a per-head
+    # weight and a sum over the heads, ``v_dim`` 0), so no exponentials and no split-KV merge
+    softmax: bool = True
 
     def __post_init__(self) -> None:
         if not self.q_len <= self.span <= self.kv_len:
@@ -104,9 +111,21 @@ class Attention:
         evenly over the last ``span`` of ``kv_len`` positions sit at kv_len − span + (span + 1)/2 on average:
         q·(kv − q) + q(q + 1)/2 for the last q positions, q·(kv + 1)/2 spread over the whole context."""
         pairs = self.q_len * self.kv_len
+        if self.topk is not None:
+            return self.requests * self.kv_groups * self.q_per_group * self.keys_per_query * self.q_len
         if self.causal and self.span > 1:
             pairs = self.q_len * (self.kv_len - self.span) + self.q_len * (self.span + 1) / 2
         return self.requests * self.kv_groups * self.q_per_group * pairs
+
+    @property
+    def keys_per_query(self) -> float:
+        """Keys one query attends to, on average. Sparse (``topk``): the query at position p sees min(p, topk)
+        keys, so the mean over the span's positions kv − span + 1 … kv of min(p, topk); decode: min(kv, topk).
+        Dense: kv − (span − 1)/2 (the causal mean; kv when the queries are the last one)."""
+        if self.topk is None:
+            return self.kv_len - (self.span - 1) / 2 if self.causal else float(self.kv_len)
+        first = self.kv_len - self.span + 1 if self.causal else self.kv_len
+        return capped_position_sum(first, self.kv_len, self.topk) / (self.kv_len - first + 1)
 
     @property
     def flops(self) -> float:
@@ -167,6 +186,14 @@ class DeviceShare:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def capped_position_sum(first: int, last: int, cap: int) -> int:
+    """Σ_{p = first}^{last} min(p, cap): the keys the queries at positions first … last (1-based) attend to
+    when each sees its p causal keys but at most ``cap`` of them (DSA's top-k)."""
+    below = max(0, min(last, cap) - first + 1)  # positions p ≤ cap see all their p keys
+    low_sum = below * (first + first + below - 1) // 2
+    return low_sum + (last - first + 1 - below) * cap
 
 
 @memo.cached(maxsize=16384)
@@ -283,15 +310,47 @@ def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, t
     ops.append(Vector("kv_a_norm_rope", t * (c_rank + rope), t * (c_rank + rope) * a, t * (c_rank + rope) * kv,
                       RMSNORM_FLOPS_PER_ELEMENT + ROPE_FLOPS_PER_ELEMENT))
     latent_bytes = (c_rank + rope) * kv
+    if att.sparse:
+        ops.extend(_indexer_ops(att, d, t, requests, q_len, kv_len, span, phase, a, w))
     ops.extend(_mla_core(t, requests, q_len, kv_len, span, phase, hq, ceil_div(hq, head_split), c_rank, nope, rope,
-                         vd, a, w, latent_bytes))
+                         vd, a, w, latent_bytes, att.index_topk))
     ops.append(Gemm("o_proj", t, d, hq * vd, a_bytes=a, b_bytes=w, c_bytes=a, epilogue_vector_flops=1,
                     epilogue_read_bytes=a))
     return _interned_ops(ops)
 
 
+def _indexer_ops(att, d: int, t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase: str, a: float,
+                 w: float) -> list[Op]:
+    """DeepSeek Sparse Attention's lightning indexer for ``t`` tokens (DeepSeek-V3.2-Exp tech report §2.1; vLLM
+    ``Indexer``), replicated on every TP rank: all its heads on every device.
+
+    Its queries come from the query latent (wq_b: q_lora_rank → heads · head_dim, at the weights' precision) and
+    its one key per token and its per-head weights from the hidden state (wk and weights_proj, one BF16 GEMM in
+    vLLM); the key is normalised, rotated, quantised to FP8 and written to the indexer's cache. Then every query
+    scores every key it may see (causally, no top-k cap) with its FP8 heads: an MQA of ``heads`` query heads over
+    one key stream of 132 B per token and no values, ReLU · weight summed over the heads (``softmax`` False).
+    The FP32 logits are written and read back by the top-k selection, which writes top-k int32 indices per query.
+    """
+    h, hd, topk = att.index_n_heads, att.index_head_dim, att.index_topk
+    cache_B = att.indexer_cache_bytes_per_token()
+    scored = Attention("indexer_logits", phase, r, q_len, kv_len, h, 1, hd, 0, cache_B, act_bytes=1.0,
+                       q_span=q_span, softmax=False)
+    logits = r * q_len * scored.keys_per_query  # one FP32 logit per query and key it may see
+    return [
+        Gemm("indexer_q_proj", t, h * hd, att.q_lora_rank, a_bytes=a, b_bytes=w, c_bytes=a),
+        Gemm("indexer_k_weights_proj", t, hd + h, d, a_bytes=a, b_bytes=2.0, c_bytes=a),  # BF16 in vLLM
+        # LayerNorm on k, RoPE on q's and k's rope dims, FP8 quantisation of q (heads · hd) and of k into the cache
+        Vector("indexer_norm_rope_quant", t * (h + 1) * hd, t * (h + 1) * hd * a, t * ((h * hd) + cache_B),
+               RMSNORM_FLOPS_PER_ELEMENT + ROPE_FLOPS_PER_ELEMENT),
+        scored,
+        # top-k of each query's logits: the logits written by the scoring kernel and read here, top-k indices out
+        Vector("indexer_topk", logits, 2 * logits * 4.0, r * q_len * min(topk, kv_len) * 4.0, TOPK_FLOPS_PER_ELEMENT),
+    ]
+
+
 def _mla_core(t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase: str, hq: int, heads: int,
-              c_rank: int, nope: int, rope: int, vd: int, a: float, w: float, latent_bytes: float) -> list[Op]:
+              c_rank: int, nope: int, rope: int, vd: int, a: float, w: float, latent_bytes: float,
+              topk: int | None = None) -> list[Op]:
     """MLA attention in the absorbed and the non-absorbed form; the evaluator times both and keeps the faster.
     The core attends for ``heads`` of the ``hq`` heads (fewer under Ulysses SP); absorbing and un-absorbing
     work on the device's ``t`` tokens with all ``hq`` (the same work as S / (SP·CP) queries of hq / SP heads).
@@ -300,13 +359,19 @@ def _mla_core(t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase
     stream shared by all heads). Non-absorbed: decompress every visible token into per-head K and V
     (kv_b_proj) and run ordinary MHA — cheap when the context is only the new tokens (prefill), costly in
     decode; under CP every rank decompresses all the keys it sees.
+
+    Sparse (``topk``, DSA): every query attends to at most ``topk`` latent entries the indexer selected, gathered
+    from the cache, in the absorbed form only (FlashMLA's sparse kernels run MQA over the latent in prefill and
+    decode alike; a non-absorbed form would decompress keys no query reads).
     """
     absorbed: list[Op] = [
         Gemm("q_absorb", t, c_rank, nope, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
         Attention("attention_mla_absorbed", phase, r, q_len, kv_len, heads, 1, c_rank + rope, c_rank,
-                  latent_bytes, act_bytes=a, q_span=q_span),
+                  latent_bytes, act_bytes=a, q_span=q_span, topk=topk),
         Gemm("v_unabsorb", t, vd, c_rank, groups=hq, a_bytes=a, b_bytes=w, c_bytes=a),
     ]
+    if topk is not None:
+        return [Choice("mla_core", (("absorbed, sparse", _interned_ops(absorbed)),))]
     kv_tokens = r * kv_len
     plain: list[Op] = [
         Gemm("kv_b_proj", kv_tokens, heads * (nope + vd), c_rank, a_bytes=latent_bytes / (c_rank + rope),

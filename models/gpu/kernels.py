@@ -73,6 +73,18 @@ QK_NORM = Kernels(2, 2, 0, 8)
 # and slice, _v_up_proj view + transpose + bmm + transpose + reshape, output setitem); all-reduce (2)
 MLA_CORE = Kernels(13, 26, 2, 65)
 
+# DeepSeek Sparse Attention (DeepSeek-V3.2-Exp; vllm deepseek_v2.py Indexer.forward on CUDA, the fused q path, and
+# the SparseAttnIndexer custom op's decode path; v1/attention/backends/mla/flashmla_sparse.py) besides the
+# indexer's two linears (wq_b at the weights' precision, the fused BF16 wk + weights_proj: counted with the
+# linears). Kernels (8): k LayerNorm, fused_indexer_q_rope_quant, rotary of the key's rope part, cat of k,
+# indexer_k_quant_and_cache, fp8_paged_mqa_logits (DeepGEMM), top_k_per_row, and the Triton conversion of the
+# top-k's request-local indices to cache slots; the MLA decode kernels stay two (FlashMLA sparse split-KV +
+# combine instead of Triton MLA's two, which leave the Triton count: -2 + 1). Host ops (22): q view, 2 slices of
+# the fused projection, k_norm, split, the fused q op (its 2 empties + call), unsqueeze, empty_like, rotary (2),
+# reshape, cat, the indexer custom op and inside it the cache insert, the logits empty + call, the top-k buffer
+# slice + fill + call, the index conversion
+DSA_INDEXER = Kernels(8, 8, -1, 22)
+
 # ---- attention in a step with prompt tokens (vLLM runs such a step without a CUDA graph) ------------------------
 # GQA: the prompt's attention is one flash-attention varlen kernel (no split-KV + combine): 3 kernels, 13 host ops
 GQA_PREFILL_CORE = Kernels(3, 3, 0, 13)
@@ -126,6 +138,8 @@ def layer_kernels(model: LLM, kind: str, block_fp8: bool, prefill: bool = False)
     att = model.attention
     if att.kind == "mla":
         attention = MLA_PREFILL_CORE + linear.times(5) if prefill else MLA_CORE + linear.times(4)
+        if att.sparse:  # the indexer; its wq_b at the weights' precision, wk + weights_proj one BF16 GEMM
+            attention = attention + DSA_INDEXER + linear + BF16_LINEAR
     else:
         core = GQA_PREFILL_CORE if prefill else GQA_CORE
         attention = NORM + core + ALL_REDUCE + linear.times(2) + (QK_NORM if att.qk_norm else Kernels(0, 0, 0))

@@ -74,6 +74,9 @@ class DeviceSpec:
     device_area_mm2: float = field(compare=False)
     process_nm: int = 7  # sets the energy per operation (models/power.py); compared, as the energies are keyed on it
     dvfs: str = field(default="static", compare=False)  # the clock policy (schema Thermal.dvfs; models/dvfs.py)
+    # a real GPU's decode attention backends split a request's KV over up to 128 thread blocks to fill the SMs
+    # (models/compute/attention.py GPU_KV_SPLITS); a statically scheduled device searches SPLIT_K's few
+    gpu_kv_splits: bool = False
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -172,5 +175,5 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         min_tile=(chip.pe.min_tile.m, chip.pe.min_tile.n, chip.pe.min_tile.k), wgmma=chip.pe.wgmma, dram=dram_spec,
         tdp_W=chip.tdp_W, area=breakdown, ambient_c=chip.thermal.ambient_c, target_c=chip.thermal.target_c,
         hard_limit_c=chip.thermal.hard_limit_c, device_area_mm2=d.area_mm2, process_nm=chip.process_nm,
-        dvfs=chip.thermal.dvfs,
+        dvfs=chip.thermal.dvfs, gpu_kv_splits=chip.gpu is not None,
     )

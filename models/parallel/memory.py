@@ -263,9 +263,10 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
 
     # KV cache per layer (bytes) and activation peak per block (elements).
     kv_tokens = scenario.input_len + (scenario.output_len if budget is None else 0)
+    # + DSA's indexer key cache (FP8 keys and their scales, whatever the KV precision), replicated like the latent
     kv_layer_B = (
-        _requests(scenario, att) * math.ceil(kv_tokens / (att.sp * att.cp)) * kv_elements_per_token(model, att.tp)
-        * precision.kv_bytes
+        _requests(scenario, att) * math.ceil(kv_tokens / (att.sp * att.cp))
+        * (kv_elements_per_token(model, att.tp) * precision.kv_bytes + model.attention.indexer_cache_bytes_per_token())
     )
     chunk = None if budget is None else prefill_chunks(scenario, att.dp * att.ep, budget)
     t_att, t_ffn = _tokens(scenario, att, chunk), _tokens(scenario, ffn, chunk)
@@ -333,7 +334,8 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
       are sharded over DP (DP·EP for non-expert weights) plus one fully gathered layer. Every parameter is
       stored at ``precision.weight_bytes`` (norms and router kept wider in practice are a rounding error).
     - KV cache: ⌈batch / (DP·EP)⌉ requests × ⌈tokens / (SP·CP)⌉ × per-token elements per layer (split by TP
-      for GQA/MQA/MHA, MLA latent replicated) × layers × ``precision.kv_bytes``; tokens = input + output in
+      for GQA/MQA/MHA, MLA latent replicated) × layers × ``precision.kv_bytes``, plus DSA's FP8 indexer keys
+      (:meth:`~deepstack.schema.llm.Attention.indexer_cache_bytes_per_token`); tokens = input + output in
       decode, input in prefill. Ring-style SP keeps each rank's own K/V shard like CP does. In prefill the
       cache grows chunk by chunk; it is counted full, as it stands after the last chunk.
     - Activations: tokens in flight × (residual + the largest block's live elements: attention, SwiGLU FFN,
