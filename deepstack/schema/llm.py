@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from deepstack.schema.base import Frozen, Sourced
 
@@ -50,6 +50,15 @@ class Attention(Frozen):
                 raise ValueError("sparse attention (index_*) is DeepSeek's DSA: it needs kind = \"mla\" and "
                                  "q_lora_rank (the indexer's queries come from the query latent)")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_dense_indexer(self, handler):
+        # dense attention writes what it wrote before the indexer fields existed
+        data = handler(self)
+        if data.get("index_topk") is None:
+            for key in ("index_n_heads", "index_head_dim", "index_topk"):
+                data.pop(key, None)
+        return data
 
     @property
     def sparse(self) -> bool:
