@@ -11,7 +11,6 @@ check both agree to the last digit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,9 +26,9 @@ from deepstack.models.compute.timing import (
     ceil_div,
     l2_resident,
     pow2_range,
-    wave_kinds,
     waves_total_s,
 )
+from deepstack.models.compute.waves import WaveTraffic, padded_mma_cycles, run_waves
 from deepstack.models.compute.workload import KV_PAGE_TOKENS, Attention
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec
@@ -105,7 +104,6 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
 def time_layouts(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, kv_block) -> AttentionLayouts:
     """Time every layout given as integer arrays (``head_block`` at most ``op.q_per_group``; each layout's
     pipeline fits L1), element by element."""
-    mt, nt, kt = dev.min_tile
     clock = dev.clock_Hz
     rows = head_block * np.minimum(bq, op.q_len)  # query rows of one tile, all sharing its KV stream
     head_blocks = ceil_div(op.q_per_group, head_block)
@@ -117,10 +115,8 @@ def time_layouts(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, 
         keys = np.full(len(rows), op.scores / max(op.requests * op.kv_groups * op.q_per_group * op.q_len, 1))
     else:
         keys = ceil_div(_kv_seen(op), split)
-    qk_cycles = (ceil_div(rows, mt) * np.ceil(keys / nt) * math.ceil(op.qk_dim / kt) * 2 * mt * nt * kt
-                 / dev.matrix_flops_per_cycle)
-    pv_cycles = (ceil_div(rows, mt) * math.ceil(op.v_dim / nt) * np.ceil(keys / kt) * 2 * mt * nt * kt
-                 / dev.matrix_flops_per_cycle)
+    qk_cycles = padded_mma_cycles(dev, rows, keys, op.qk_dim)
+    pv_cycles = padded_mma_cycles(dev, rows, op.v_dim, keys)
     scores = rows * keys
     if op.softmax:
         vector = scores * 4 + np.where(split > 1, rows * op.v_dim * 3, 0)  # online softmax; split-KV merge
@@ -136,11 +132,8 @@ def time_layouts(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, 
     compute_s = tile_cycles / clock
     units_s = ((qk_cycles + pv_cycles) / clock, vector / dev.vector_flops_per_cycle / clock,
                exps / dev.sfu_ops_per_cycle / clock)  # matrix, vector, SFU: the bound's first three parts
-    total = np.zeros(len(rows))
-    dram_total = np.zeros(len(rows))
-    kinds = wave_kinds(waves, tiles, dev.pes)
-    kind_clocked, kind_dram, kind_bound = [], [], []
-    for count, active in kinds:
+
+    def traffic(active) -> WaveTraffic:
         streams = ceil_div(active, sharing)
         if op.topk is not None:  # each stream its query's gathered keys
             unique_kv_B = streams * keys * op.kv_token_bytes
@@ -152,20 +145,12 @@ def time_layouts(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, 
         wave_B = kv_B + (active * qo_tile_B if op.q_len > 1 else 0.0)
         in_flight = np.minimum(active, streams * np.where(resident, 1, sharing)) * (stages - 1) * (
             kv_block * op.kv_token_bytes)
-        bank_s = dram_model.stream_time_s(dev.dram, wave_B, page_B)
-        dram_s = dram_model.wave_dram_time_s(dev.dram, wave_B, in_flight, active * dev.l1_bw_B_per_cycle * clock,
-                                             bank_s)
-        l2_s = active * (kv_tile_B + qo_tile_B) / dev.l2_bw_Bps
-        clocked = np.maximum(np.maximum(compute_s, l1_s), l2_s)
-        total += count * np.maximum(clocked, dram_s)
-        dram_total += count * wave_B
-        kind_clocked.append(clocked)
-        kind_dram.append(dram_s)
-        kind_bound.append(np.argmax(np.stack([*units_s, l1_s, l2_s, dram_s]), axis=0))  # WAVE_BOUNDS order
-    return AttentionLayouts(
-        head_block, bq, split, stages, kv_block, dev.dram.access_latency_s + total, waves, tiles, kv_tile_B,
-        qo_tile_B, dram_total, WaveKinds(np.stack([k[0] for k in kinds]), np.stack([k[1] for k in kinds]),
-                                         np.stack(kind_clocked), np.stack(kind_dram), np.stack(kind_bound)))
+        return WaveTraffic(wave_B, in_flight, dram_model.stream_time_s(dev.dram, wave_B, page_B),
+                           active * (kv_tile_B + qo_tile_B))
+
+    total, dram_total, _, every = run_waves(dev, waves, tiles, compute_s, units_s, l1_s, traffic)  # WAVE_BOUNDS
+    return AttentionLayouts(head_block, bq, split, stages, kv_block, dev.dram.access_latency_s + total, waves,
+                            tiles, kv_tile_B, qo_tile_B, dram_total, every)
 
 
 def layout_record(op: Attention, dev: DeviceSpec, a: AttentionLayouts, i: int) -> OpTiming:

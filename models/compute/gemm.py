@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from deepstack.models.compute.timing import OpTiming, WaveKinds, ceil_div, l2_resident, wave_kinds, waves_total_s
+from deepstack.models.compute.timing import OpTiming, WaveKinds, ceil_div, l2_resident, waves_total_s
+from deepstack.models.compute.waves import WaveTraffic, padded_mma_cycles, run_waves
 from deepstack.models.compute.workload import Gemm
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec
@@ -69,15 +70,14 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     a_res = np.array([l2_resident(dev, g.groups * g.m * g.k * g.a_bytes) for g in gemms])[gi]
     c_res = np.array([l2_resident(dev, g.groups * g.m * g.n * g.c_bytes) for g in gemms])[gi]
     b_res = np.array([(not g.weight) and l2_resident(dev, g.groups * g.k * g.n * g.b_bytes) for g in gemms])[gi]
-    mt, nt, kt = dev.min_tile
+    mt, nt, _ = dev.min_tile
     clock = dev.clock_Hz
     rows_n = len(gi)
     k_len = ceil_div(k, split)
     row_blocks = ceil_div(m, tm)
     col_blocks = ceil_div(n, tn) * split
     tiles = groups * row_blocks * col_blocks
-    mma = (ceil_div(tm, mt) * ceil_div(tn, nt) * ceil_div(k_len, kt) * 2 * mt * nt * kt
-           / dev.matrix_flops_per_cycle)
+    mma = padded_mma_cycles(dev, tm, tn, k_len)
     epi_vector = tm * tn * (epi_flops + (split > 1))
     epi = epi_vector / dev.vector_flops_per_cycle + tm * tn * epi_sfu / dev.sfu_ops_per_cycle
     fill = k_len * (tm * a_bytes + tn * b_bytes)
@@ -90,19 +90,14 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     window_steps = stages - 1
     k_steps = ceil_div(k_len, tk)
     segment = np.minimum(k * a_bytes, dev.dram.row_B)
-    total = np.zeros(rows_n)
-    dram_total = np.zeros(rows_n)
-    weight_total = np.zeros(rows_n)
-    kinds = wave_kinds(waves, tiles, dev.pes)
-    kind_clocked, kind_dram, kind_bound = [], [], []
-    for count, active in kinds:
+    streamed = ~b_res
+
+    def traffic(active) -> WaveTraffic:
         rows, cols = _wave_blocks(active, row_blocks, col_blocks, groups, grouped)
         b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
         a_B = np.where(a_res, 0.0, rows * tm * k_len * a_bytes)
         c_B = np.where(c_res, 0.0, active * tm * tn * c_bytes)
-        wave_B = a_B + b_B + c_B
         bank_s = np.zeros(rows_n)
-        streamed = ~b_res
         if dev.dram.weight_layout == "row_major":  # every tile access reads tk contiguous weights per row
             bank_s = np.where(streamed, dram_model.stream_time_s(dev.dram, b_B, tk * b_bytes), 0.0)
         elif streamed.any():
@@ -120,20 +115,12 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
         bank_s = bank_s + dram_model.stream_time_s(dev.dram, a_B + c_B, segment)
         in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
                                              + np.where(a_res, 0.0, tm * tk * a_bytes))
-        dram_s = dram_model.wave_dram_time_s(dev.dram, wave_B, in_flight, active * dev.l1_bw_B_per_cycle * clock,
-                                             bank_s)
-        l2_s = active * l2_tile / dev.l2_bw_Bps
-        clocked = np.maximum(np.maximum(compute_s, l1_s), l2_s)
-        total += count * np.maximum(clocked, dram_s)
-        dram_total += count * wave_B
-        weight_total += count * np.where(streamed, b_B, 0.0)
-        kind_clocked.append(clocked)
-        kind_dram.append(dram_s)
-        kind_bound.append(np.argmax(np.stack([compute_s, epi_vector / dev.vector_flops_per_cycle / clock, l1_s, l2_s,
-                                              dram_s]), axis=0))
+        return WaveTraffic(a_B + b_B + c_B, in_flight, bank_s, active * l2_tile, np.where(streamed, b_B, 0.0))
+
+    epi_s = epi_vector / dev.vector_flops_per_cycle / clock
+    run = run_waves(dev, waves, tiles, compute_s, (compute_s, epi_s), l1_s, traffic)  # GEMM_BOUNDS order
+    total, dram_total, weight_total, every = run
     total += np.where(dram_total > 0, dev.dram.access_latency_s, 0.0)
-    every = WaveKinds(np.stack([k[0] for k in kinds]), np.stack([k[1] for k in kinds]), np.stack(kind_clocked),
-                      np.stack(kind_dram), np.stack(kind_bound))
     bounds = np.flatnonzero(np.diff(gi, prepend=-1, append=len(gemms)))
     return [Tilings(tm[part], tn[part], tk[part], stages[part], split[part], grouped[part], total[part], waves[part],
                     every.part(part), dram_total[part], tiles[part], l2_tile[part], fill[part], read[part],
