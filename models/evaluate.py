@@ -24,8 +24,8 @@ from deepstack.models.gpu.admission import admitted_batch
 from deepstack.models.gpu.prefill import Wave, prefill_wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
+from deepstack.models.parallel.prefill_budget import budgeted
 from deepstack.models.pipeline import run_phase, serialised
-from deepstack.models.pipeline.phase import budgeted
 from deepstack.models.reporting import GiB, hardware_summary, scenario_summary, schedule_summary
 from deepstack.models.results import Metrics, Report
 from deepstack.schema import Schedule

@@ -17,17 +17,15 @@ from deepstack import catalog
 from deepstack.models.compute.workload import Attention, Choice, Gemm, build_workload
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
-from deepstack.models.parallel.memory import (
+from deepstack.models.parallel.chunks import (
     AUTO_PREFILL_BUDGETS,
     DEFAULT_PREFILL_CHUNK_TOKENS,
     MIN_PREFILL_CHUNK_TOKENS,
     PrefillChunks,
-    feasible_strategies,
-    fits,
-    memory_footprint,
-    prefill_budget,
     prefill_chunks,
 )
+from deepstack.models.parallel.memory import feasible_strategies, fits, memory_footprint
+from deepstack.models.parallel.prefill_budget import prefill_budget
 from deepstack.models.parallel.strategies import Strategy
 from deepstack.models.pipeline.stages import chunk_workload
 from deepstack.schema import Scenario, Schedule

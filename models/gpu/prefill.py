@@ -104,7 +104,7 @@ def step_scenario(run: Run, scenario, graph_max: int):
     CUDA graphs, fits the largest graph; otherwise a prefill chunk of its tokens (as many requests as it has
     prompts, the tokens spread evenly over them). A prompt longer than the budget is cut into slices that attend
     to the slices before them: such a step is one request's prefill in chunks of the budget, each chunk timed at
-    the prompt's mean context (:func:`~deepstack.models.parallel.memory.prefill_chunks`), one chunk per step."""
+    the prompt's mean context (:func:`~deepstack.models.parallel.chunks.prefill_chunks`), one chunk per step."""
     step = run.step
     if step.prefill_tokens == 0 or (scenario.cuda_graphs and step.tokens <= graph_max):
         return scenario.model_copy(update={"phase": "decode", "batch": step.tokens})

@@ -1,9 +1,9 @@
 """DRAM footprint of a parallel strategy and the feasible strategies of a scenario (paper §4.2.3).
 
 Weights + KV cache + peak activations of the most loaded device must fit in DRAM with a 10 % reserve. Prefill
-runs in chunks of at most a token budget per step (:func:`prefill_chunks`): activations are those of one chunk,
-the KV cache that of the whole batch. A scenario without a budget gets, per schedule, the largest of vLLM's
-default halved until it fits (:func:`prefill_budget`).
+runs in chunks of at most a token budget per step (:mod:`~deepstack.models.parallel.chunks`): activations are
+those of one chunk, the KV cache that of the whole batch. Which budget a schedule runs with is settled in
+:mod:`~deepstack.models.parallel.prefill_budget`.
 :func:`memory_footprint` also accepts per-module :class:`~deepstack.schema.schedule.Schedule` objects (attention
 and FFN with different layouts); :func:`feasible_strategies` combines the pruning rules of
 :mod:`deepstack.models.parallel.strategies` with this check.
@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from deepstack.errors import UserInputError
 from deepstack.models import memo
+from deepstack.models.parallel.chunks import MIN_PREFILL_CHUNK_TOKENS, PrefillChunks, choose_budget, prefill_chunks
 from deepstack.models.parallel.strategies import (
     PRUNING_RULES,
     Strategy,
@@ -49,70 +50,6 @@ _SCENARIO_CACHE = 16384  # (scenario, layout, budget) footprints: > 2,574 strate
 
 MEMORY_RULE = "memory"
 """Key under which :func:`feasible_strategies` counts strategies that pass the rules but do not fit."""
-
-DEFAULT_PREFILL_CHUNK_TOKENS = 8192
-"""Prefill tokens per scheduler step a scenario without a budget starts from: vLLM's ``max_num_batched_tokens``
-for ``vllm serve`` on GPUs of 70 GiB or more, H100/H200/MI300x (vllm-project/vllm, vllm/engine/arg_utils.py,
-``EngineArgs.get_batch_defaults``; docs/calibration.md §10). Halved while the schedule does not fit
-(:func:`prefill_budget`)."""
-
-MIN_PREFILL_CHUNK_TOKENS = 64
-"""The smallest budget the automatic halving tries: the tallest minimum matrix tile of the catalog's chips
-(Hopper's ``wgmma`` is m64nNk16, NVIDIA PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate";
-h100-star, large-matrix). A step of fewer tokens pads every GEMM to 64 rows there, so it costs what 64 tokens
-cost and only adds steps. vLLM sets no floor of its own (it only asks ``max_num_batched_tokens`` ≥
-``max_num_seqs``)."""
-
-AUTO_PREFILL_BUDGETS = tuple(DEFAULT_PREFILL_CHUNK_TOKENS >> k
-                             for k in range((DEFAULT_PREFILL_CHUNK_TOKENS // MIN_PREFILL_CHUNK_TOKENS).bit_length()))
-"""The budgets an unset ``prefill_chunk_tokens`` may take, largest first: 8,192, 4,096, …, 64."""
-
-
-# --------------------------------------------------------------------------------------------------------
-# Chunked prefill
-# --------------------------------------------------------------------------------------------------------
-
-
-class PrefillChunks(NamedTuple):
-    """A data replica's prompts split into scheduler steps of at most the token budget (chunked prefill, as
-    vLLM and SGLang run it). Every chunk has the same shape.
-
-    Attributes:
-        replicas: Data replicas (attention DP·EP): each is one engine with its own budget.
-        count: Chunks (steps) per replica.
-        requests: Requests in one chunk.
-        tokens: Prompt tokens of each of those requests in the chunk (the whole prompt, or a slice of it).
-        context: Keys each request attends to in the chunk: its own tokens and those of its earlier chunks,
-            the mean over a prompt's chunks (the prompt's length when prompts are whole).
-    """
-
-    replicas: int
-    count: int
-    requests: int
-    tokens: int
-    context: int
-
-
-def prefill_chunks(scenario: Scenario, replicas: int, budget: int | None = None) -> PrefillChunks:
-    """The chunks of a prefill on ``replicas`` data replicas under ``budget`` tokens per step (default:
-    ``scenario.prefill_chunk_tokens``, else :data:`DEFAULT_PREFILL_CHUNK_TOKENS`).
-
-    Prompts that fit the budget stay whole: each chunk holds as many as the budget takes, spread evenly, so
-    ⌈requests / ⌊budget / prompt⌋⌉ chunks (= ⌈tokens / budget⌉ when the prompt divides the budget; vLLM would
-    also fill the rest of a step with the start of the next prompt). A longer prompt is cut into
-    ⌈prompt / budget⌉ equal slices, one request per chunk; the j-th slice attends to j slices of keys. The
-    work of attention is linear in its keys, so every slice is timed at the mean, (slices + 1) / 2 slices.
-    """
-    budget = budget or scenario.prefill_chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS
-    requests = math.ceil(scenario.batch / replicas)
-    prompt = scenario.input_len
-    if prompt <= budget:
-        count = math.ceil(requests / min(requests, budget // prompt))
-        return PrefillChunks(replicas, count, math.ceil(requests / count), prompt, prompt)
-    slices = math.ceil(prompt / budget)
-    tokens = math.ceil(prompt / slices)
-    return PrefillChunks(replicas, requests * slices, 1, tokens, math.ceil(tokens * (slices + 1) / 2))
-
 
 # --------------------------------------------------------------------------------------------------------
 # Memory footprint
@@ -341,13 +278,13 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
     - Activations: tokens in flight × (residual + the largest block's live elements: attention, SwiGLU FFN,
       MoE with dispatch buffers, or the last stage's logits) × :data:`ACTIVATION_BUFFERS` ×
       ``precision.activation_bytes``; in flight: one token per request in decode, one chunk's tokens in
-      prefill (:func:`prefill_chunks`) under the budget :func:`prefill_budget` gives.
+      prefill (:func:`prefill_chunks`) under the budget :func:`budget_for` gives.
 
     Args:
         scenario: The workload (model, phase, batch, lengths, precision).
         plan: A flat :class:`Strategy` or a (possibly per-module) :class:`Schedule`.
         capacity_B: DRAM per device, bytes: a prefill without a budget of its own runs with the largest
-            automatic one that fits it (:func:`prefill_budget`); None: vLLM's default.
+            automatic one that fits it (:func:`budget_for`); None: vLLM's default.
         reserve: Fraction of DRAM kept free.
 
     Returns:
@@ -356,49 +293,15 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
     layout = _layout(plan)
     if scenario.phase == "decode":
         return _footprint(scenario, layout, None)
-    return _footprint(scenario, layout, _budget(scenario, layout, capacity_B, reserve))
+    return _footprint(scenario, layout, budget_for(scenario, layout, capacity_B, reserve))
 
 
-def prefill_budget(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float | None = None,
-                   reserve: float = MEMORY_RESERVE) -> int:
-    """Prefill tokens per step of each data replica that ``plan`` runs ``scenario``'s prefill with (of a decode
-    scenario: the prefill its TTFT times).
-
-    The scenario's ``prefill_chunk_tokens`` when it sets one. Otherwise what an operator does when vLLM will not
-    start for want of memory: start from vLLM's default (:data:`DEFAULT_PREFILL_CHUNK_TOKENS`) and halve
-    ``max_num_batched_tokens`` until weights + KV cache + one chunk's activations fit in ``(1 − reserve) ×
-    capacity_B``, down to :data:`MIN_PREFILL_CHUNK_TOKENS` (kept when nothing fits: the memory check then
-    fails). Without a capacity, the default.
-    """
-    return _budget(scenario, _layout(plan), capacity_B, reserve)
-
-
-def _budget(scenario: Scenario, layout: _Layout, capacity_B: float | None, reserve: float) -> int:
-    if scenario.prefill_chunk_tokens is not None:
-        return scenario.prefill_chunk_tokens
-    if capacity_B is None:
-        return DEFAULT_PREFILL_CHUNK_TOKENS
-    # the footprint only shrinks with the budget, so the first of the halvings that fits is found by bisection
-    # (3 footprints for 8 budgets; the memory check runs for thousands of schedules)
-    limit = usable_capacity_B(capacity_B, reserve)
-    lo, hi = 0, len(AUTO_PREFILL_BUDGETS) - 1  # the answer lies in [lo, hi]; the floor when nothing fits
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if _footprint(scenario, layout, AUTO_PREFILL_BUDGETS[mid]).total_B <= limit:
-            hi = mid
-        else:
-            lo = mid + 1
-    return AUTO_PREFILL_BUDGETS[lo]
-
-
-@memo.cached(maxsize=_SCENARIO_CACHE)
-def with_prefill_budget(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float,
-                        reserve: float = MEMORY_RESERVE) -> Scenario:
-    """``scenario`` with ``prefill_chunk_tokens`` set to :func:`prefill_budget` (itself when it sets one; one
-    object per input, so the memo tables keyed on scenarios hit by identity)."""
-    if scenario.prefill_chunk_tokens is not None:
-        return scenario
-    return scenario.model_copy(update={"prefill_chunk_tokens": prefill_budget(scenario, plan, capacity_B, reserve)})
+def budget_for(scenario: Scenario, layout: _Layout, capacity_B: float | None, reserve: float) -> int:
+    """The prefill budget ``layout`` runs ``scenario`` with on ``capacity_B`` of DRAM (:func:`choose_budget`
+    with this memory check)."""
+    limit = None if capacity_B is None else usable_capacity_B(capacity_B, reserve)
+    return choose_budget(scenario, capacity_B,
+                         lambda budget: _footprint(scenario, layout, budget).total_B <= limit)
 
 
 def _smallest_footprint(scenario: Scenario, layout: _Layout) -> MemoryFootprint:

@@ -2,7 +2,7 @@
 PP bubble (paper §4.2), the GEMM batch tuning behind it, and the step without compute–communication overlap.
 
 A decode step takes max(m, pp) stage-times for m microbatches over pp stages; a prefill takes m + pp − 1.
-Prefill is chunked (:func:`~deepstack.models.parallel.memory.prefill_chunks`): a microbatch is at most one
+Prefill is chunked (:func:`~deepstack.models.parallel.chunks.prefill_chunks`): a microbatch is at most one
 chunk, a step of the token budget, so a prefill runs at least as many microbatches as it has chunks, one after
 another through the pipeline; without PP, the chunks' times add up.
 """
@@ -19,7 +19,9 @@ from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import DeviceSpec, resolve_device, timing_device
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.parallel import communication
-from deepstack.models.parallel.memory import PrefillChunks, prefill_chunks, representative_stages, with_prefill_budget
+from deepstack.models.parallel.chunks import PrefillChunks, prefill_chunks
+from deepstack.models.parallel.memory import representative_stages
+from deepstack.models.parallel.prefill_budget import budgeted
 from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult
 from deepstack.models.pipeline.stages import chunk_workload, stage_parts
 from deepstack.schema import Scenario, Schedule
@@ -38,7 +40,7 @@ def run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseR
     The memo key is the design point itself (a frozen dataclass: its hash and equality cover every field,
     including fields a subclass adds) and the scenario timed, which may be a prefill of a decode point. A
     scenario without a prefill budget is timed with the one the schedule gets on this device's DRAM
-    (:func:`~deepstack.models.parallel.memory.prefill_budget`).
+    (:func:`~deepstack.models.parallel.prefill_budget.prefill_budget`).
     """
     scenario = budgeted(scenario, point.schedule, dev)
     key = HashedTuple((point, scenario))  # hashed once for the table's lookups
@@ -97,12 +99,6 @@ def serialised(phase: PhaseResult, schedule: Schedule, dev: DeviceSpec, scenario
         else:
             rows.append(r)
     return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
-
-
-def budgeted(scenario: Scenario, schedule: Schedule, dev: DeviceSpec) -> Scenario:
-    """``scenario`` with the prefill token budget ``schedule`` runs it with on ``dev`` (its own, or the largest
-    automatic one that fits the device's DRAM), in either phase: the one place the budget is settled."""
-    return with_prefill_budget(scenario, schedule, dev.dram.capacity_B)
 
 
 def _chunks(scenario: Scenario, schedule: Schedule) -> PrefillChunks | None:

@@ -28,7 +28,7 @@ def chunk_workload(scenario: Scenario, attention, ffn, pp: int, stage: int = 0,
                    context: int | None = None, moe_mode: str = "none") -> tuple[LayerOps, ...]:
     """The operators of one forward pass on a device of pipeline stage ``stage`` (``build_workload``); in a
     prefill chunk, its requests attend to ``context`` keys each: their own tokens and those of their earlier
-    chunks (:func:`~deepstack.models.parallel.memory.prefill_chunks`; None: their own only). Only the
+    chunks (:func:`~deepstack.models.parallel.chunks.prefill_chunks`; None: their own only). Only the
     attention core sees the context; the linear layers see the chunk's tokens."""
     return build_workload(scenario.model, scenario, attention, ffn, pp, stage, context, moe_mode)
 
