@@ -13,8 +13,8 @@ import math
 import numpy as np
 
 from deepstack.models.compute.gemm import Tilings
+from deepstack.models.compute.operators import KV_PAGE_TOKENS, Attention, Gemm
 from deepstack.models.compute.timing import L2_RESIDENT_SHARE, OpTiming, WaveTiming
-from deepstack.models.compute.workload import KV_PAGE_TOKENS, Attention, Gemm
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec, DramSpec
 

@@ -14,7 +14,8 @@ import pytest
 from conftest import assert_user_error
 
 from deepstack import catalog
-from deepstack.models.compute.workload import Attention, Choice, Gemm, build_workload
+from deepstack.models.compute.operators import Attention, Choice, Gemm
+from deepstack.models.compute.workload import build_workload
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.models.parallel.chunks import (

@@ -22,8 +22,9 @@ from deepstack.models import collectives as co
 from deepstack.models import network as nw
 from deepstack.models.collectives import collective_time
 from deepstack.models.compute.gemm_tuner import tune_gemm, tune_gemm_overlapped
+from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.compute.workload import Gemm, device_share
+from deepstack.models.compute.workload import device_share
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.models.compute.gemm_tuner import tune_gemm
-from deepstack.models.compute.workload import Gemm
+from deepstack.models.compute.operators import Gemm
 from deepstack.models.hardware import dram
 from deepstack.models.hardware.device import resolve_device
 

@@ -10,7 +10,8 @@ import pytest
 from deepstack.api import evaluate
 from deepstack.catalog import load, names
 from deepstack.models.compute.attention import tune_attention
-from deepstack.models.compute.workload import Attention, Choice, build_workload, capped_position_sum
+from deepstack.models.compute.operators import Attention, Choice, capped_position_sum
+from deepstack.models.compute.workload import build_workload
 from deepstack.models.gpu.admission import admitted_batch
 from deepstack.models.hardware.device import resolve_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint

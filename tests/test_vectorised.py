@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from deepstack import catalog
 from deepstack.models import clear_caches
 from deepstack.models.compute import attention, gemm, gemm_tuner
+from deepstack.models.compute.operators import Attention, Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.compute.workload import Attention, Gemm
 from deepstack.models.hardware import dram
 from deepstack.models.hardware.device import resolve_device
 from deepstack.models.hashing import HashedTuple

@@ -3,7 +3,7 @@
 
 Tiles cover requests × KV groups × blocks of the group's query heads × query blocks (× KV splits). Tiles sharing
 a KV stream are scheduled together, so the stream is read from DRAM once when the wave's streams fit in L2;
-otherwise every tile reads its own. KV pages (:data:`~deepstack.models.compute.workload.KV_PAGE_TOKENS` tokens)
+otherwise every tile reads its own. KV pages (:data:`~deepstack.models.compute.operators.KV_PAGE_TOKENS` tokens)
 set the DRAM transaction size. Every candidate layout is timed at once; the winner's timing record is made from
 the same arrays. ``tests/scalar_reference.py`` times one layout at a time with plain arithmetic, and the tests
 check both agree to the last digit.
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepstack.models import memo
+from deepstack.models.compute.operators import KV_PAGE_TOKENS, Attention
 from deepstack.models.compute.timing import (
     SPLIT_K,
     STAGES,
@@ -29,7 +30,6 @@ from deepstack.models.compute.timing import (
     waves_total_s,
 )
 from deepstack.models.compute.waves import WaveTraffic, padded_mma_cycles, run_waves
-from deepstack.models.compute.workload import KV_PAGE_TOKENS, Attention
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from deepstack.models.compute.attention import tune_attention
 from deepstack.models.compute.gemm_tuner import tune_gemm
+from deepstack.models.compute.operators import Attention, Gemm, Vector
 from deepstack.models.compute.timing import OpTiming
 from deepstack.models.compute.vector import time_vector
-from deepstack.models.compute.workload import Attention, Gemm, Vector
 from deepstack.models.hardware.device import DeviceSpec
 
 

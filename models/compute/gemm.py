@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.timing import OpTiming, WaveKinds, ceil_div, l2_resident, waves_total_s
 from deepstack.models.compute.waves import WaveTraffic, padded_mma_cycles, run_waves
-from deepstack.models.compute.workload import Gemm
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec
 

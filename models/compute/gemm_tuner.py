@@ -13,9 +13,9 @@ import numpy as np
 
 from deepstack.models import memo
 from deepstack.models.compute.gemm import Tilings, record, time_tilings
+from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
 from deepstack.models.compute.timing import SPLIT_K, STAGES, NoTilingError, OpTiming, ceil_div
-from deepstack.models.compute.workload import Gemm
 from deepstack.models.hardware.device import DeviceSpec
 
 MAX_TILE = 256  # largest tile edge searched (elements)

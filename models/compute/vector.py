@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from deepstack.models import memo
+from deepstack.models.compute.operators import Vector
 from deepstack.models.compute.timing import OpTiming, WaveTiming, l2_resident
-from deepstack.models.compute.workload import Vector
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec
 

@@ -27,9 +27,9 @@ from deepstack.models import memo
 from deepstack.models.collectives import CollectiveResult, collective_time
 from deepstack.models.compute.gemm import record, time_tilings
 from deepstack.models.compute.gemm_tuner import tilings
+from deepstack.models.compute.operators import Gemm, Vector
 from deepstack.models.compute.timing import NoTilingError
 from deepstack.models.compute.vector import time_vector
-from deepstack.models.compute.workload import Gemm, Vector
 from deepstack.models.hardware.device import DeviceSpec
 from deepstack.models.network import NetworkTopology, as_topology
 

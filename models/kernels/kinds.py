@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from deepstack.models import memo
+from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.compute.workload import Gemm
 from deepstack.models.hardware.device import DeviceSpec
 from deepstack.models.kernels.core import (
     KernelConstants,

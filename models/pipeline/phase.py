@@ -14,7 +14,8 @@ import math
 from deepstack.models import assumptions, memo
 from deepstack.models.compute.dispatch import time_op
 from deepstack.models.compute.gemm_tuner import prepare_gemms
-from deepstack.models.compute.workload import Choice, Gemm, LayerOps
+from deepstack.models.compute.operators import Choice, Gemm
+from deepstack.models.compute.workload import LayerOps
 from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import DeviceSpec, resolve_device, timing_device
 from deepstack.models.hashing import HashedTuple

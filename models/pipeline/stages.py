@@ -15,8 +15,9 @@ from deepstack.errors import UserInputError
 from deepstack.models import memo
 from deepstack.models.compute.dispatch import time_op
 from deepstack.models.compute.gemm_tuner import tune_gemm_overlapped
+from deepstack.models.compute.operators import Choice, Gemm
 from deepstack.models.compute.timing import OpTiming
-from deepstack.models.compute.workload import Choice, Gemm, LayerOps, build_workload, device_share
+from deepstack.models.compute.workload import LayerOps, build_workload, device_share
 from deepstack.models.hardware.device import DeviceSpec
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.parallel import communication
