@@ -20,6 +20,7 @@ from deepstack.models import assumptions, dvfs, reporting, thermal
 from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
+from deepstack.models.gpu import power as gpu_power
 from deepstack.models.gpu.prefill import Wave, prefill_wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
@@ -99,7 +100,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         stps = requests * scenario.input_len / step_s
         utps = main.user_tps(scale) if isinstance(main, Wave) else scenario.input_len / step_s
     idle = idle_devices(s, scenario.batch, devices)
-    system_power_w = power_w * (devices - idle) + thermal.static_power_w(dev.tdp_W) * idle
+    system_power_w = power_w * (devices - idle) + gpu_power.idle_power_w(dev) * idle
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     ambient_c = assumptions.junction_ambient_c(scenario, dev.ambient_c)
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
