@@ -74,7 +74,9 @@ def _modelled(raw: dict[str, str]) -> dict[str, Any]:
     watts = report.breakdown.power_w_per_device
     measured_w, measured_tpj = float(raw["measured_power_W_per_gpu"]), float(raw["measured_tokens_per_J"])
     return {"model": raw.get("model_id") or raw["catalog_model"], "gpu": raw["gpu"].strip().upper(),
-            "gpus": int(raw.get("gpus") or raw["tp"]), "tp": int(raw["tp"]), "batch": float(raw["avg_batch"]),
+            "gpus": int(raw.get("gpus") or raw["tp"]), "tp": int(raw["tp"]),
+            "max_num_seqs": int(raw["max_num_seqs"]) if raw.get("max_num_seqs") else None,
+            "batch": float(raw["avg_batch"]),
             "system": GPU_SYSTEMS[raw["gpu"].strip().upper()], "parallel": parallel, "anchor": is_anchor(raw),
             "measured_W_per_gpu": measured_w, "model_W_per_gpu": watts,
             "power_error_pct": 100 * (watts / measured_w - 1),

@@ -28,7 +28,7 @@ from deepstack.models.pipeline.rows import COMPUTE_ROWS
 # clocking and control of its SMs (the rest is per FLOP: datapath, operand delivery, accumulation). Set on ONE
 # anchor, Llama-3.3-70B at 8 concurrent requests on 4× H100 (ML.ENERGY Leaderboard v3.0, vLLM 0.11.1; the most
 # memory-bound point of the file): the modelled W per GPU equals the measured 447 W. Every other row of
-# validation/mlenergy_h100.csv is held out (deepstack accuracy power).
+# validation/mlenergy_power.csv is held out (deepstack accuracy power).
 SM_CLOCK_SHARE = 0.56
 
 # rows a GPU adds that run no kernel on the SMs (models/gpu/host.py: host work, kernel boundaries, the fused-MoE
