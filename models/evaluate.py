@@ -87,7 +87,12 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     scale, step_s, power_w = dvfs.clock_scale(main, dev, coefficients, noc_J_per_B, devices)
     if scenario.phase == "decode" and with_ttft:
         prefill = scenario.model_copy(update={"phase": "prefill"})
-        ttft_s = _on_device(point, timed_on, prefill, overlap).time_at(scale)
+        phase = _on_device(point, timed_on, prefill, overlap)
+        # a GPU runs the prefill at the clock the prefill's own power allows (its waiting SMs and idle power,
+        # models/gpu/power.py, can put a prefill at the TDP where the decode step is below it), as a prefill
+        # evaluation does; a 3D chip keeps the paper's one clock per device
+        ttft_s = (dvfs.clock_scale(phase, dev, coefficients, noc_J_per_B, devices)[1] if dev.gpu
+                  else phase.time_at(scale))
     elif scenario.phase == "decode":
         ttft_s = math.nan
     else:
