@@ -91,7 +91,7 @@ def test_two_eager_prompts_by_hand():
         step = _gpu_step(point, dev, scenario.model_copy(update={"batch": 1, "input_len": tokens,
                                                                  "prefill_chunk_tokens": tokens}))
         rows = {r.timing.name: r.count * r.nominal_s for r in step.rows if hasattr(r, "timing")}
-        # 972 kernels × 1.3 µs; 2,015 PyTorch calls × 10.9 µs shown beyond the GPU's work; 2.22 ms per step
+        # 972 kernels × 1.3 µs; 2,015 PyTorch calls × 10.9 µs shown beyond the GPU's work; 2.21 ms per step
         assert rows["kernel_boundaries (972 kernels)"] == pytest.approx(972 * 1.3e-6)
         assert rows["host_step"] == pytest.approx(gpu.host_step_us * 1e-6)
         work = step.time_at(1.0) - sum(v for k, v in rows.items() if k.startswith(("kernel_", "eager_", "host_")))
