@@ -485,10 +485,10 @@ def _with_plot(data: dict[str, Any], plot: str | None, draw) -> dict[str, Any]:
 
 def accuracy_summary(progress=None) -> list[dict[str, Any]]:
     """One row per check and family: weighted and median error, rows scored, rows the model failed on;
-    ``progress(done, total)`` after each of the four checks."""
+    ``progress(done, total)`` after each of the five checks."""
     from deepstack.accuracy.files import each
 
-    parts = (_network_summary, _serving_summary, _kernels_summary, _paper_summary)
+    parts = (_network_summary, _serving_summary, _power_summary, _kernels_summary, _paper_summary)
     return [row for rows in each(lambda part: part(), parts, progress) for row in rows]
 
 
@@ -530,6 +530,40 @@ def _serving_summary() -> list[dict[str, Any]]:
                     "mape_pct": score["mape_pct"], "rows": score["rows"], "failures": len(prefill["failures"])}
                    for key, score in prefill["scores"].items()
                    if key not in ("all", "graphs", "eager") and not key.endswith((" graphs", " eager"))]
+
+
+def _power_summary() -> list[dict[str, Any]]:
+    """The GPU power check's rows of ``accuracy all``: MAPE of W per GPU per GPU and model over the held-out rows,
+    of W per GPU and of tokens per joule over all of them, and the anchor row (named, not in the held-out score)."""
+    result = power_accuracy()
+    scores = result["scores"]
+
+    def row(family: str, mape: float, rows: int) -> dict[str, Any]:
+        return {"check": "power", "family": family, "weighted_pct": None, "median_pct": None, "mape_pct": mape,
+                "rows": rows, "failures": 0}
+
+    families = [row(f"W per GPU, {key.replace('meta-llama/', '')}", score["power_mape_pct"], score["rows"])
+                for key, score in scores.items() if key not in ("held out", "anchor")]
+    held, anchor = scores.get("held out"), scores.get("anchor")
+    if held:
+        families += [row("W per GPU, held out", held["power_mape_pct"], held["rows"]),
+                     row("tokens/J, held out", held["tokens_per_J_mape_pct"], held["rows"])]
+    if anchor:
+        named = next(r for r in result["rows"] if r["anchor"])
+        name = named["model"].replace("meta-llama/", "")
+        families.append(row(f"W per GPU, anchor (sets SM_CLOCK_SHARE; not held out): {name}, "
+                            f"max_num_seqs {named['max_num_seqs']}, {named['gpus']}×{named['gpu']}",
+                            anchor["power_mape_pct"], anchor["rows"]))
+    return families
+
+
+def power_accuracy(*, reference: str | None = None, progress=None) -> dict[str, Any]:
+    """The GPU power model against measured vLLM serving power (``validation/mlenergy_power.csv``, ML.ENERGY
+    Leaderboard v3.0, or the file ``reference`` in its format): W per GPU and tokens per joule per row, their MAPE
+    per GPU and model over the held-out rows, and the anchor row apart."""
+    from deepstack.accuracy import power
+
+    return power.power_accuracy(_reference_file(reference), progress)
 
 
 def serving_accuracy(*, plot: str | None = None, reference: str | None = None, progress=None) -> dict[str, Any]:

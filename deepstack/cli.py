@@ -718,7 +718,7 @@ def _failures_and_plot(result: dict, plot: str | None) -> None:
 
 @accuracy_app.command("all")
 def accuracy_all(json_out: JsonFlag = False) -> None:
-    """Every accuracy check's headline figures (network, serving, kernels), one row per family.
+    """Every accuracy check's headline figures (network, serving, GPU power, kernels, paper), one row per family.
     A report: exits 0 whatever the errors; the per-check commands give the detail.
 
     Example: deepstack accuracy all --json
@@ -809,6 +809,45 @@ def accuracy_serving(
         if prefill["failures"]:
             report.table(f"prefill failures: {len(prefill['failures'])} rows", prefill["failures"])
     _failures_and_plot(result, plot)
+
+
+@accuracy_app.command("power")
+def accuracy_power(
+    reference: ReferenceOption = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Compare the GPU power model with measured vLLM serving power (validation/mlenergy_power.csv, ML.ENERGY
+    Leaderboard v3.0: Llama-3.x-70B on 4×H100 and 2×B200, Llama-3.1-405B-FP8 on 8×H100): MAPE of the W per GPU
+    and of the tokens per joule per GPU and model, over the rows held out from the one anchor the waiting-SM share
+    was set on. A report: exits 0 whatever the errors.
+
+    Example: deepstack accuracy power
+    """
+    with _bar("accuracy power: reference rows", json_out) as advance:
+        result = api.power_accuracy(reference=reference, progress=advance)
+    if json_out:
+        report.print_json(result)
+        return
+    scores = result["scores"]
+    held = scores.get("held out")
+    summary = (f"held out {held['rows']} rows: W per GPU MAPE {held['power_mape_pct']:.1f} % (worst "
+               f"{held['power_max_abs_pct']:.1f} %), tokens/J MAPE {held['tokens_per_J_mape_pct']:.1f} %"
+               if held else "no held-out rows")
+    anchors = [r for r in result["rows"] if r["anchor"]]
+    anchor = "; ".join(f"anchor {r['model'].replace('meta-llama/', '')}, max_num_seqs {r['max_num_seqs']}, "
+                       f"{r['gpus']}×{r['gpu']} (sets SM_CLOCK_SHARE; not in the held-out score)" for r in anchors)
+    report.console.print(f"reference {result['reference']}: {len(result['rows'])} rows; {summary}"
+                         + (f"; {anchor}" if anchor else ""), markup=False, highlight=False)
+    report.table("MAPE per GPU and model (%; every group but the anchor's is held out)",
+                 [{"group": key.replace("meta-llama/", ""), **score} for key, score in scores.items()],
+                 ["group", "rows", "power_mape_pct", "power_max_abs_pct", "tokens_per_J_mape_pct"])
+    shown = [{**r, "model": r["model"].replace("meta-llama/", ""), "W_per_gpu": r["measured_W_per_gpu"],
+              "model_W": r["model_W_per_gpu"], "W_error_pct": r["power_error_pct"],
+              "tokens_per_J": r["measured_tokens_per_J"], "model_tokens_per_J": r["model_tokens_per_J"],
+              "tokens_per_J_error_pct": r["tokens_per_J_error_pct"]} for r in result["rows"]]
+    report.table("rows (measured and modelled)", shown,
+                 ["model", "gpu", "tp", "batch", "anchor", "W_per_gpu", "model_W", "W_error_pct", "tokens_per_J",
+                  "model_tokens_per_J", "tokens_per_J_error_pct"])
 
 
 @accuracy_app.command("kernels")

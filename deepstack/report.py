@@ -50,6 +50,9 @@ HEADERS = {
     "worst_pct": "worst error %",
     "error_pct": "error %",
     "failures": "model failures",
+    "power_mape_pct": "W/GPU MAPE %",
+    "power_max_abs_pct": "W/GPU worst %",
+    "tokens_per_J_mape_pct": "tokens/J MAPE %",
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from deepstack.errors import UserInputError
 from deepstack.models import thermal
+from deepstack.models.gpu import power as gpu_power
 from deepstack.models.hardware.device import DeviceSpec
 from deepstack.models.pipeline.rows import PhaseResult
 from deepstack.schema import Network
@@ -80,12 +81,15 @@ def clock_scale(phase: PhaseResult, dev: DeviceSpec, coefficients, noc_J_per_B: 
     Raises:
         UserInputError: the device would need a clock below ``MIN_CLOCK_SCALE`` × nominal to fit its TDP.
     """
-    static = thermal.static_power_w(dev.tdp_W)
+    static = gpu_power.idle_power_w(dev)
     budget = power_budget_w(dev)
 
     def power(scale: float) -> tuple[float, float]:
         t = phase.time_at(scale)
-        return t, static + sum(phase.energy_J(coefficients, scale, noc_J_per_B, devices)) / t
+        energy = sum(phase.energy_J(coefficients, scale, noc_J_per_B, devices))
+        if dev.gpu:  # a GPU's SMs also draw while they wait (models/gpu/power.py)
+            energy += gpu_power.waiting_energy_J(phase, dev, coefficients, scale)
+        return t, static + energy / t
 
     scale = max(thermal_scale(dev), MIN_CLOCK_SCALE)
     t, p = power(scale)

@@ -20,6 +20,7 @@ from deepstack.models import assumptions, dvfs, reporting, thermal
 from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
+from deepstack.models.gpu import power as gpu_power
 from deepstack.models.gpu.admission import admitted_batch
 from deepstack.models.gpu.prefill import Wave, prefill_wave
 from deepstack.models.hardware.device import resolve_device, timing_device
@@ -93,7 +94,12 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     scale, step_s, power_w = dvfs.clock_scale(main, dev, coefficients, noc_J_per_B, devices)
     if scenario.phase == "decode" and with_ttft:
         prefill = scenario.model_copy(update={"phase": "prefill"})
-        ttft_s = _on_device(point, timed_on, prefill, overlap).time_at(scale)
+        phase = _on_device(point, timed_on, prefill, overlap)
+        # a GPU runs the prefill at the clock the prefill's own power allows (its waiting SMs and idle power,
+        # models/gpu/power.py, can put a prefill at the TDP where the decode step is below it), as a prefill
+        # evaluation does; a 3D chip keeps the paper's one clock per device
+        ttft_s = (dvfs.clock_scale(phase, dev, coefficients, noc_J_per_B, devices)[1] if dev.gpu
+                  else phase.time_at(scale))
     elif scenario.phase == "decode":
         ttft_s = math.nan
     else:
@@ -106,7 +112,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         stps = requests * scenario.input_len / step_s
         utps = main.user_tps(scale) if isinstance(main, Wave) else scenario.input_len / step_s
     idle = idle_devices(s, scenario.batch, devices)
-    system_power_w = power_w * (devices - idle) + thermal.static_power_w(dev.tdp_W) * idle
+    system_power_w = power_w * (devices - idle) + gpu_power.idle_power_w(dev) * idle
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     ambient_c = assumptions.junction_ambient_c(scenario, dev.ambient_c)
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)

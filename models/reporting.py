@@ -4,6 +4,7 @@ shared: they are immutable) and the per-operator breakdown."""
 from __future__ import annotations
 
 from deepstack.models import dvfs, memo, thermal
+from deepstack.models.gpu import power as gpu_power
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec, resolve_device
 from deepstack.models.parallel import communication
@@ -132,6 +133,8 @@ def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, 
                               l2=l2_B / (dev.l2_bw_Bps * scale * time_s),
                               dram=dram_B / (dev.dram.peak_bw_Bps * time_s), noc=noc)
     core, dram, network_J = phase.energy_J(coefficients, scale, noc_J_per_B, devices)
+    if dev.gpu:  # the SMs' clocking while they wait is core energy (models/gpu/power.py)
+        core += gpu_power.waiting_energy_J(phase, dev, coefficients, scale)
     return Breakdown(
         phase_time_s=time_s,
         stage_time_s=phase.stage_time_at(scale),
@@ -141,7 +144,7 @@ def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, 
             dev.ambient_c, dev.dram.stacked_layers if dev.is_3d else 0, power_w, dev.device_area_mm2)),
         utilization=utilization,
         energy_J_per_device=Energy(core=core, dram=dram, network=network_J,
-                                   static=thermal.static_power_w(dev.tdp_W) * time_s),
+                                   static=gpu_power.idle_power_w(dev) * time_s),
         power_w_per_device=power_w,
         memory_GiB_per_device=MemoryUse(weights=memory.weights_B / GiB, kv_cache=memory.kv_cache_B / GiB,
                                         activations=memory.activations_B / GiB),

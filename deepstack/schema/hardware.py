@@ -240,6 +240,9 @@ class GpuExecution(Frozen):
                                        "beyond its bytes and kernel boundaries; 0: no public figure")
     host_step_us: float = Field(ge=0, le=1e6, description="CPU work per step not hidden (calibrated)")
     eager_op_us: float = Field(ge=0, le=1e4, description="host time per PyTorch call of an eager step (calibrated)")
+    idle_W: float | None = Field(None, gt=0, le=1e4, description="board power with nothing running, clocks up "
+                                 "(nvidia-smi at P0, 0 % utilisation; docs/calibration.md §GPU power); None: the "
+                                 "paper's 10 % of TDP")
 
 
 class ChipArchitecture(Sourced):

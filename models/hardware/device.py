@@ -77,6 +77,8 @@ class DeviceSpec:
     # a real GPU's decode attention backends split a request's KV over up to 128 thread blocks to fill the SMs
     # (models/compute/attention.py GPU_KV_SPLITS); a statically scheduled device searches SPLIT_K's few
     gpu_kv_splits: bool = False
+    gpu: bool = field(default=False, compare=False)  # a real GPU (its chip has a ``gpu`` table): models/gpu/power.py
+    idle_W: float | None = field(default=None, compare=False)  # a GPU's board power at idle (gpu.idle_W), or None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -175,5 +177,6 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         min_tile=(chip.pe.min_tile.m, chip.pe.min_tile.n, chip.pe.min_tile.k), wgmma=chip.pe.wgmma, dram=dram_spec,
         tdp_W=chip.tdp_W, area=breakdown, ambient_c=chip.thermal.ambient_c, target_c=chip.thermal.target_c,
         hard_limit_c=chip.thermal.hard_limit_c, device_area_mm2=d.area_mm2, process_nm=chip.process_nm,
-        dvfs=chip.thermal.dvfs, gpu_kv_splits=chip.gpu is not None,
+        dvfs=chip.thermal.dvfs, gpu_kv_splits=chip.gpu is not None, gpu=chip.gpu is not None,
+        idle_W=chip.gpu.idle_W if chip.gpu is not None else None,
     )

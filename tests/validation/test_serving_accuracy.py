@@ -82,14 +82,17 @@ def test_prefill_rows(prefill_rows):
 
     s = prefill.scores(prefill_rows, lambda r: r.model)
     assert s["all"]["rows"] == 44
-    assert s["llama-3.3-70b"]["mape_pct"] <= 27.0  # 26.5 % (before the vLLM wave: 63.9 %)
-    assert s["deepseek-v3"]["mape_pct"] <= 67.0  # 66.6 % (before: 290.5 %)
-    assert s["llama-3.3-70b"]["user_mape_pct"] <= 26.0  # 25.6 %
-    assert s["deepseek-v3"]["user_mape_pct"] <= 45.5  # 45.0 %
-    # from 64 requests up Llama's steps are the budget's: within 13 % of the measured system rate, 10 % of the user
-    # rate (the per-request speed, whose TTFTs come from the scheduler's order)
+    # figures with the GPU power law (docs/calibration.md §GPU power): budget-sized prefill steps hold the B200 at
+    # its 1,000 W TDP, so DVFS lowers their clock (before it: Llama 26.5 %, DeepSeek-V3 66.6 %, user 25.6 % and
+    # 45.0 %, the largest Llama row from 64 requests up 13.7 %)
+    assert s["llama-3.3-70b"]["mape_pct"] <= 27.5  # 27.0 % (before the vLLM wave: 63.9 %)
+    assert s["deepseek-v3"]["mape_pct"] <= 67.0  # 66.4 % (before: 290.5 %)
+    assert s["llama-3.3-70b"]["user_mape_pct"] <= 25.5  # 25.0 %
+    assert s["deepseek-v3"]["user_mape_pct"] <= 45.5  # 44.8 %
+    # from 64 requests up Llama's steps are the budget's: within 16 % of the measured system rate (15.1 %, b1024
+    # with CUDA graphs), 10 % of the user rate (the per-request speed, whose TTFTs come from the scheduler's order)
     big = [r for r in prefill_rows if r.model == "llama-3.3-70b" and r.batch >= 64]
-    assert max(abs(r.error()) for r in big) <= 0.14
+    assert max(abs(r.error()) for r in big) <= 0.16
     assert max(abs(r.user_error()) for r in big if r.batch >= 128) <= 0.10
 
 
