@@ -258,7 +258,7 @@ def test_a_clock_below_nominal_is_explained_in_the_text_report(cli):
                                               ("thermal wall", "thermal wall: below the 100 W TDP"),
                                               ("above limit", "still above 85 °C"), ("nominal", None)])
 def test_every_clock_limit_has_its_words(limit, words):
-    from deepstack.cli import _clock_reason
+    from deepstack.cli.evaluation import _clock_reason
 
     result = {"hardware": {"stacked_layers": 4, "max_temp_c": 85.0, "tdp_w_per_device": 100.0},
               "breakdown": {"clock_limit": limit}}

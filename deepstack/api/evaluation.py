@@ -1,0 +1,214 @@
+"""One design point, its parallel strategies, one collective and one distributed kernel (``deepstack evaluate``,
+``strategies``, ``collective``, ``kernel``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from deepstack import catalog
+from deepstack.api.flags import _numbers, _split, with_flags
+from deepstack.errors import InfeasibleError, UserInputError
+from deepstack.models import collectives, network
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate as run_evaluation
+from deepstack.models.hardware.device import resolve_device
+from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.models.parallel.strategies import enumerate_strategies
+from deepstack.models.results import Report
+from deepstack.schema import NetworkLevel, Schedule, SramOption, build_scenario, validate
+from deepstack.search.schedules import best_schedule
+
+
+def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: int = 1024, output_len: int = 1024,
+             precision: str | None = None, chip: str | None = None, noc: str | None = None,
+             system: str | None = None, stacked_layers: int | None = None, connected_layers: int | None = None,
+             parallel: str | None = None, objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
+             overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
+             max_temp_c: float | None = None, cuda_graphs: bool | None = None, assumptions: str | None = None,
+             pes: int | None = None, l1_kib: float | None = None, l1_bw_B_per_cycle: float | None = None,
+             hop_latency_scale: float = 1.0, level_bw_scale: str | None = None) -> Report:
+    """Evaluate one design point described as the CLI's flags describe it; see :func:`deepstack.evaluate`.
+
+    Without ``parallel`` on a multi-device network the best schedule by ``objective`` is searched (the report
+    then carries the search's summary). Raises ``UserInputError`` for bad input and for a request that cannot
+    fit (memory), naming the field.
+    """
+    scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
+                          prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
+                          cuda_graphs=cuda_graphs, assumptions=assumptions)
+    if system and (chip or noc):
+        raise UserInputError("--system replaces --chip and --noc; give one or the other")
+    if system:
+        machine = catalog.load("systems", system)
+        architecture, network = machine.architecture, machine.network
+    else:
+        architecture = catalog.load("chips", chip or "standard")
+        network = catalog.load("nocs", noc) if noc else None
+    architecture, sram, network = _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle,
+                                                  hop_latency_scale, level_bw_scale)
+    schedule = Schedule.parse(parallel) if parallel else Schedule()
+    point = DesignPoint(chip=architecture, scenario=scenario, schedule=schedule, network=network,
+                        stacked_layers=stacked_layers, connected_layers=connected_layers, sram=sram)
+    options = {"with_ttft": with_ttft, "breakdown": breakdown, "overlap": overlap}
+    if parallel is None and network is not None and network.devices > 1:
+        search = best_schedule(point, objective)
+        report = search.best
+        if not (with_ttft and breakdown and overlap):  # the search reports its best with the defaults
+            best = Schedule.parse(report.schedule.text).model_copy(update={"collectives": schedule.collectives})
+            report = run_evaluation(dataclasses.replace(point, schedule=best), **options)
+        report = report.with_search(search.summary())
+    else:
+        report = run_evaluation(point, **options)
+    memory = [v for v in report.violations if v.startswith("memory")]
+    if memory:
+        raise InfeasibleError(f"{memory[0]}; use more devices (--parallel) or a larger DRAM stack")
+    return report
+
+
+def _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle, hop_latency_scale, level_bw_scale):
+    """The chip, SRAM option and network as ``evaluate``'s hardware flags change them: a fixed PE count (the
+    paper's SM count for a design), an L1 option, and hop-latency and per-level bandwidth multipliers (the
+    hardware axes of a sweep row or of the paper's Table 4)."""
+    from deepstack.search.space import scaled_network
+
+    if pes is not None:
+        if pes < 1:
+            raise UserInputError(f"--pes: must be ≥ 1 (got {pes})")
+        architecture = architecture.model_copy(update={"device": architecture.device.model_copy(
+            update={"pes": pes})})
+    sram = None
+    if l1_kib is not None or l1_bw_B_per_cycle is not None:
+        for flag, value in (("--l1-kib", l1_kib), ("--l1-bw-B-per-cycle", l1_bw_B_per_cycle)):
+            if value is not None and value <= 0:
+                raise UserInputError(f"{flag}: must be > 0 (got {value:g})")
+        width = l1_bw_B_per_cycle or architecture.pe.l1_bw_B_per_cycle
+        sram = validate(SramOption, {"name": "flags", "l1_KiB": l1_kib,
+                                     "l1_bw_scale": width / architecture.pe.l1_bw_B_per_cycle}, origin="--l1-kib")
+    scales = tuple(_numbers(level_bw_scale, "--level-bw-scale")) if level_bw_scale else ()
+    if hop_latency_scale <= 0 or any(x <= 0 for x in scales):
+        raise UserInputError("--hop-latency-scale, --level-bw-scale: multipliers must be > 0")
+    if scales or hop_latency_scale != 1.0:
+        if not noc:
+            raise UserInputError("--hop-latency-scale and --level-bw-scale need --noc (a catalog NoC)")
+        network = scaled_network(noc, hop_latency_scale, scales)
+    return architecture, sram, network
+
+
+def strategies(*, devices: int, model: str | None = None, phase: str = "decode", batch: int = 1,
+               input_len: int = 1024, output_len: int = 1024, precision: str | None = None,
+               chip: str | None = None, stacked_layers: int | None = None,
+               connected_layers: int | None = None, prefill_chunk_tokens: int | None = None) -> dict[str, Any]:
+    """Parallel strategies for ``devices`` devices: all of them, or (with a model) those that survive the
+    pruning rules, and (with a chip) the memory check."""
+    if not 1 <= devices <= 1 << 20:
+        raise UserInputError(f"--devices: must be an integer in 1..{1 << 20} (got {devices})")
+    if model is None:
+        kept = enumerate_strategies(devices)
+        pruned: dict[str, int] = {}
+    else:
+        scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
+                              prefill_chunk_tokens=prefill_chunk_tokens)
+        capacity = None
+        if chip is not None:
+            dev = resolve_device(catalog.load("chips", chip), stacked_layers, connected_layers)
+            capacity = dev.dram.capacity_B
+        kept, pruned = feasible_strategies(scenario, devices, capacity)
+    rows = [{"tp": s.tp, "ep": s.ep, "sp": s.sp, "cp": s.cp, "dp": s.dp, "pp": s.pp, "fsdp": s.fsdp,
+             "label": s.label} for s in kept]
+    return {"devices": devices, "count": len(rows), "total": len(enumerate_strategies(devices)),
+            "pruned": dict(pruned), "strategies": rows}
+
+
+def collective(*, op: str, bytes_per_rank: float, topology: str | None = None, dims: str | None = None,
+               link_bw_GBps: str | None = None, hop_latency_ns: str | None = None, algorithm: str = "auto",
+               packet_bytes: str | None = None, header_bytes: str | None = None, ports: str | None = None,
+               completion: str = "delivery", noc: str | None = None) -> dict[str, Any]:
+    """One collective over every device of a flat or hierarchical topology (or a catalog NoC)."""
+    if op not in collectives.OPS:
+        raise UserInputError(f"--op: must be one of {', '.join(collectives.OPS)} (got {op!r})")
+    if not (math.isfinite(bytes_per_rank) and bytes_per_rank > 0):
+        raise UserInputError(f"--bytes: must be a positive number of bytes per rank (got {bytes_per_rank!r})")
+    if completion not in network.COMPLETIONS:
+        raise UserInputError(f"--completion: must be one of {', '.join(network.COMPLETIONS)} (got {completion!r})")
+    if noc is not None:
+        if topology is not None or ports is not None:
+            raise UserInputError("--noc replaces --topology/--dims/--link-bw-GBps/--hop-latency-ns/--ports; give one")
+        topo = network.NetworkTopology.from_schema(catalog.load("nocs", noc))
+        topo = network.NetworkTopology(topo.levels, completion) if completion != "delivery" else topo
+    else:
+        topo = _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes,
+                                    ports, completion)
+    result = collectives.collective_time(op, bytes_per_rank, tuple(range(topo.devices)), topo, algorithm)
+    return {
+        "op": op, "algorithm": result.algorithm, "detail": result.detail, "bytes_per_rank": bytes_per_rank,
+        "devices": topo.devices, "time_s": result.time_s, "latency_s": result.latency_s,
+        "congestion_s": result.congestion_s, "max_link_bytes": result.max_link_bytes,
+        "steps": [{"phase": s.phase, "count": s.count, "time_s": s.time_s, "latency_s": s.latency_s,
+                   "congestion_s": s.congestion_s, "max_link_bytes": s.max_link_bytes} for s in result.steps],
+        "levels": [{"level": f"L{load.level + 1}", "label": load.label, "links": load.links,
+                    "total_bytes": load.total_bytes, "max_link_bytes": load.max_link_bytes,
+                    "max_busy_fraction": load.max_busy_fraction, "mean_busy_fraction": load.mean_busy_fraction}
+                   for load in result.level_utilization],
+        "candidates": [{"algorithm": name, "time_s": t} for name, t in result.candidates],
+    }
+
+
+def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_bytes, header_bytes, ports,
+                         completion):
+    kinds = _split(topology, "--topology")
+    if not kinds:
+        raise UserInputError("--topology: required (e.g. ring, torus, or switch,switch) unless --noc is given")
+    shapes = _split(dims, "--dims")
+    bws = _numbers(link_bw_GBps, "--link-bw-GBps")
+    lats = _numbers(hop_latency_ns, "--hop-latency-ns")
+    packets = _numbers(packet_bytes, "--packet-bytes", int)
+    headers = _numbers(header_bytes, "--header-bytes", int)
+    owners = _split(ports, "--ports")
+    n = len(kinds)
+    for i, kind in enumerate(kinds):
+        if kind not in network.topology_names():
+            raise UserInputError(f"--topology: level {i + 1} must be one of {', '.join(network.topology_names())} "
+                                 f"(got {kind!r})")
+    for what, values in (("--dims", shapes), ("--link-bw-GBps", bws), ("--hop-latency-ns", lats)):
+        if len(values) != n:
+            raise UserInputError(f"{what}: give {n} value(s), one per --topology level (got {len(values)})")
+    for what, values in (("--packet-bytes", packets), ("--header-bytes", headers), ("--ports", owners)):
+        if values and len(values) not in (1, n):
+            raise UserInputError(f"{what}: give 1 or {n} value(s)")
+    levels = []
+    for i in range(n):
+        data = {"topology": kinds[i], "dims": shapes[i], "link_bw_GBps": bws[i], "hop_latency_ns": lats[i],
+                "energy_pJ_per_bit": 1.0}  # energy is not reported by this command
+        if packets:
+            data["packet_bytes"] = packets[i if len(packets) == n else 0]
+        if headers:
+            data["header_bytes"] = headers[i if len(headers) == n else 0]
+        if owners:
+            data["ports"] = owners[i if len(owners) == n else 0]
+        level = validate(NetworkLevel, data, origin=f"level {i + 1}")
+        levels.append(network.TopologyLevel(level.topology, level.dims, level.link_bw_Bps, level.hop_latency_s,
+                                            level.packet_bytes, level.header_bytes, ports=level.ports))
+    return network.NetworkTopology(tuple(levels), completion)
+
+
+def evaluate_front_design(*, design: str, front: str) -> Report:
+    """Evaluate again the row ``design`` (its id) of a study's front file (``<study>.pareto.csv`` or ``.json``):
+    the same hardware point, schedule and scenario, so the report gives the row's numbers."""
+    from deepstack.search.front_design import front_design
+
+    point, _ = front_design(front, design)
+    return run_evaluation(point, with_ttft=True)
+
+
+def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | None = None,
+           stages: int | None = None, dtype: str = "fp16", comm_sms: int | None = None) -> dict[str, Any]:
+    """Time one distributed kernel on a catalog system (``deepstack kernel``); see
+    :func:`deepstack.models.kernels.kernel_time`. Raises ``UserInputError`` naming the flag for bad input."""
+    from deepstack.models.kernels import kernel_time, parse_tile
+
+    machine = catalog.load("systems", system)
+    result = kernel_time(kind, shape, machine.architecture, machine.network, tile=parse_tile(tile, stages),
+                         dtype=dtype, comm_sms=comm_sms)
+    return {"system": system, **result.as_dict(), "dtype": dtype}
