@@ -228,6 +228,8 @@ def test_auto_picks_the_fastest(name, op, size):
     auto = collective_time(op, size, group, topo)
     times = {}
     for algorithm in co.algorithms(op):
+        if algorithm == "two_shot":  # named only where a runtime runs it (see its docstring); never ranked
+            continue
         try:
             times[algorithm] = collective_time(op, size, group, topo, algorithm).time_s
         except ValueError:

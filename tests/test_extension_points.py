@@ -124,7 +124,7 @@ def test_one_declaration_per_name():
     for op in collectives.OPS:
         assert collectives.algorithms(op) == algorithms_for(op)
     assert collectives.algorithms("all_reduce") == (
-        "ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "hierarchical_ring")
+        "ring", "halving_doubling", "rabenseifner", "double_tree", "hierarchical", "hierarchical_ring", "two_shot")
     assert len(set(ALGORITHMS.names())) == len(ALGORITHMS.names())
 
 

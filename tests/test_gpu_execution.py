@@ -12,22 +12,22 @@ from deepstack.schema import Scenario, Schedule
 
 B200 = load("systems", "dgx-b200").architecture.gpu
 B200_NETWORK = load("systems", "dgx-b200").network
-NVLINK5_Bps = 900e9
 
 
 def test_custom_allreduce_is_floor_plus_time_per_mib():
     # Llama-3.3-70B, batch 1: 8192 × 2 B = 16 KiB → 10.1 µs + 1/64 MiB × 17.5 µs/MiB = 10.373 µs
-    assert allreduce_time_s(B200, 16384, 8, NVLINK5_Bps) == pytest.approx(10.1e-6 + 17.5e-6 / 64)
+    assert allreduce_time_s(B200, 16384, 8, B200_NETWORK) == pytest.approx(10.1e-6 + 17.5e-6 / 64)
 
 
 def test_allreduce_above_the_custom_limit_goes_to_nccl():
-    # 8 MiB > 1 MiB: 10.1 µs + 2·7/8·8 MiB / (0.82 × 900 GB/s) = 10.1 µs + 19.894 µs
+    # 8 MiB > 1 MiB: NCCL's ring on the NVSwitch, each GPU's link carrying 2·7/8·8 MiB of payload at
+    # 0.82 × 900 GB/s: 10.1 µs + 19.894 µs
     size = 8 * 1024 * 1024
-    assert allreduce_time_s(B200, size, 8, NVLINK5_Bps) == pytest.approx(10.1e-6 + 1.75 * size / (0.82 * 900e9))
+    assert allreduce_time_s(B200, size, 8, B200_NETWORK) == pytest.approx(10.1e-6 + 1.75 * size / (0.82 * 900e9))
 
 
 def test_no_allreduce_on_one_rank():
-    assert allreduce_time_s(B200, 1e6, 1, NVLINK5_Bps) == 0.0
+    assert allreduce_time_s(B200, 1e6, 1, B200_NETWORK) == 0.0
 
 
 def test_kernel_counts_per_step():
@@ -151,15 +151,16 @@ def test_a_batch_that_does_not_divide_the_expert_replicas_evaluates():
         assert report.metrics.stps > 0
 
 
-def test_nccl_rings_use_all_of_a_gpus_links():
-    from deepstack.models.gpu.collectives import gpu_link_Bps
-
-    # NVLink into the NVSwitches: the level's per-GPU bandwidth; a fully connected MI325X platform: one Infinity
-    # Fabric link (64 GB/s each way) to each peer, all of them carrying rings
-    assert gpu_link_Bps(B200_NETWORK) == pytest.approx(900e9)
-    assert gpu_link_Bps(load("systems", "mi325x-8").network) == pytest.approx(7 * 64e9)
-    assert gpu_link_Bps(load("systems", "mi325x-4").network) == pytest.approx(3 * 64e9)
-    mi = load("systems", "mi325x-8").architecture.gpu
-    # 16 MiB (above the 8 MiB custom kernel): 7.2 µs + 1.75 × 16 MiB / (0.82 × 448 GB/s)
+def test_nccl_on_a_fully_connected_platform_uses_every_peer_link():
+    # a fully connected MI325X platform: one Infinity Fabric link (64 GB/s each way) to each peer, every one of
+    # them carrying RCCL's rings. 16 MiB (above the 8 MiB custom kernel) over 8 GPUs: each GPU sends 16/8 MiB to
+    # each of 7 peers twice, at 0.82 × 64 GB/s: 7.2 µs + 2 × 2 MiB / (0.82 × 64 GB/s) = 7.2 µs + 79.9 µs, the
+    # bus-bandwidth law 2·7/8·S over all 7 links
+    mi8 = load("systems", "mi325x-8")
     size = 16 * 1024 * 1024
-    assert allreduce_time_s(mi, size, 8, 7 * 64e9) == pytest.approx(7.2e-6 + 1.75 * size / (0.82 * 448e9))
+    expected = 7.2e-6 + 2 * (size / 8) / (0.82 * 64e9)
+    assert expected == pytest.approx(7.2e-6 + 1.75 * size / (0.82 * 7 * 64e9))
+    assert allreduce_time_s(mi8.architecture.gpu, size, 8, mi8.network) == pytest.approx(expected)
+    # a pair has one link between them: 7.2 µs + 2 × 8 MiB / (0.82 × 64 GB/s)
+    assert allreduce_time_s(mi8.architecture.gpu, size, 2, mi8.network) == pytest.approx(
+        7.2e-6 + 2 * (size / 2) / (0.82 * 64e9))

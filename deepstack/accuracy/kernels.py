@@ -1,7 +1,7 @@
 """Accuracy of the distributed-kernel model against measurements on 8×H100 (``validation/h100_kernels.csv``).
 
 Every row is one Triton-distributed kernel measured on a DGX H100 (``validation/README.md``). :func:`kernel_accuracy`
-turns each row into a call of :func:`deepstack.models.kernels.kernel_time` on the ``dgx-h100`` system, compares
+turns each row into a call of :func:`deepstack.models.gpu.overlapped.kernel_time` on the ``dgx-h100`` system, compares
 the predicted time with the measured one and summarises the errors per kernel kind and overall: the paper's
 weighted error Σ|model − ref| / Σ ref and the MAPE (mean of |model − ref| / ref). The metric functions are those
 of :mod:`deepstack.accuracy.network`.
@@ -12,7 +12,7 @@ shape comes from the columns the kind reads (``M``, ``N``, ``K``; ``tokens``, ``
 ``out_features``, ``sp_size``), per GPU as ``shape_notes`` says; the tile and pipeline depth from
 ``tiling_tb_mnk`` and ``stages``; the SMs taken by communication from ``num_comm_sm`` (empty: the kind's default).
 
-:func:`calibrate` sets the one calibrated constant of :class:`~deepstack.models.kernels.KernelConstants`
+:func:`calibrate` sets the one calibrated constant of :class:`~deepstack.models.gpu.overlapped.KernelConstants`
 (``mma_fraction``; the others are public measurements) on a set of rows by minimising the weighted error; the
 shipped value is its calibration on the AG-GEMM and GEMM-RS rows (:func:`calibration_rows`);
 :func:`kernels_cross_validate` re-sets it on every kind but one and scores the kind left out.
@@ -32,7 +32,7 @@ from deepstack import catalog
 from deepstack.accuracy.files import each, read_csv
 from deepstack.accuracy.network import weighted_error_pct
 from deepstack.errors import UserInputError
-from deepstack.models.kernels import DEFAULT_CONSTANTS, KernelConstants, kernel_time, parse_tile
+from deepstack.models.gpu.overlapped import DEFAULT_CONSTANTS, KernelConstants, kernel_time, parse_tile
 
 SYSTEM = "dgx-h100"
 KINDS = {"all_gather_gemm": "ag-gemm", "reduce_scatter_gemm": "gemm-rs", "all_reduce_gemm": "moe-gemm-ar",

@@ -205,8 +205,8 @@ def evaluate_front_design(*, design: str, front: str) -> Report:
 def kernel(*, system: str, kind: str, shape: dict[str, int | None], tile: str | None = None,
            stages: int | None = None, dtype: str = "fp16", comm_sms: int | None = None) -> dict[str, Any]:
     """Time one distributed kernel on a catalog system (``deepstack kernel``); see
-    :func:`deepstack.models.kernels.kernel_time`. Raises ``UserInputError`` naming the flag for bad input."""
-    from deepstack.models.kernels import kernel_time, parse_tile
+    :func:`deepstack.models.gpu.overlapped.kernel_time`. Raises ``UserInputError`` naming the flag for bad input."""
+    from deepstack.models.gpu.overlapped import kernel_time, parse_tile
 
     machine = catalog.load("systems", system)
     result = kernel_time(kind, shape, machine.architecture, machine.network, tile=parse_tile(tile, stages),

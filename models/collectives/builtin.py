@@ -193,3 +193,20 @@ class HierarchicalRing(Hierarchical):
     ranked by "auto": the hierarchical algorithm that picks the fastest per phase is never slower."""
 
     name, ranked, within = "hierarchical_ring", False, "ring"
+
+
+@register_built_in
+class TwoShot(Algorithm):
+    """All-reduce as a direct reduce-scatter then a direct all-gather: two steps, each rank sending S/p to
+    every other (vLLM's two-shot custom all-reduce; what NCCL/RCCL's rings, one per channel, move over every
+    peer link of a fully connected platform).
+
+    Not ranked by "auto", although under eq. 4 it can beat the ranked ones where latency dominates (two steps
+    instead of 2(p − 1)): "auto" keeps choosing from the set that `deepstack accuracy network` checks against
+    ASTRA-sim's NS-3 runs, and letting it choose this one too would be a model change to check against that
+    data first. It is named where a runtime is known to run it (models/gpu/collectives.py)."""
+
+    name, ops, ranked = "two_shot", ("all_reduce",), False
+
+    def steps(self, op, p):
+        return [tm.all_pairs("reduce_scatter", p, S / p), tm.all_pairs("all_gather", p, S / p)]

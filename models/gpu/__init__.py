@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from deepstack.models import memo
-from deepstack.models.gpu.collectives import allreduce_time_s, gpu_link_Bps
+from deepstack.models.gpu.collectives import allreduce_time_s
 from deepstack.models.gpu.efficiency import at_least_achievable
 from deepstack.models.gpu.host import fixed_row, fixed_timing, host_rows, uses_graphs
 from deepstack.models.gpu.kernels import step_kernels
@@ -49,14 +49,13 @@ def gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
 
 def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
     gpu = point.chip.gpu
-    link_Bps = gpu_link_Bps(point.network)
     rows: list = []
     layers: dict[str, int] = {}
     for r in vllm_expert_parallel(phase.rows, point.schedule):
         if r.layer in ("dense", "moe"):
             layers[r.layer] = max(layers.get(r.layer, 0), r.count)
         if isinstance(r, CommRow):
-            rows.append(CommRow(r.layer, r.count, r.name, _gpu_collective(gpu, r.result, link_Bps)))
+            rows.append(CommRow(r.layer, r.count, r.name, _gpu_collective(gpu, r.result, point.network)))
         elif isinstance(r, OpRow):
             rows.append(OpRow(r.layer, r.count, at_least_achievable(r.timing, dev, gpu), r.choice))
         else:
@@ -91,11 +90,11 @@ def vllm_expert_parallel(rows, schedule) -> list:
     return out
 
 
-def _gpu_collective(gpu, result, link_Bps: float):
+def _gpu_collective(gpu, result, network):
     """``result`` re-timed as vLLM's all-reduce (other collectives keep the network model's time)."""
     if result.op != "all_reduce" or result.group_size <= 1:
         return result
-    time_s = allreduce_time_s(gpu, result.bytes_per_rank, result.group_size, link_Bps)
+    time_s = allreduce_time_s(gpu, result.bytes_per_rank, result.group_size, network)
     floor_s = min(time_s, gpu.allreduce_floor_us * 1e-6)
     return dataclasses.replace(result, time_s=time_s, latency_s=floor_s, congestion_s=time_s - floor_s,
                                overhead_s=0.0, candidates=((result.algorithm, time_s),))

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from deepstack.models import memo
 from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.hardware.device import DeviceSpec
-from deepstack.models.kernels.core import (
+from deepstack.models.gpu.overlapped.core import (
     KernelConstants,
     Tile,
     compute_device,
@@ -24,6 +23,8 @@ from deepstack.models.kernels.core import (
     stream_time_s,
     transfer,
 )
+from deepstack.models.hardware.device import DeviceSpec
+from deepstack.schema.hardware import GpuExecution
 
 # kernel launches and device-wide barriers on each kernel's critical path (counted in Triton-distributed's code)
 LAUNCHES = {
@@ -70,7 +71,8 @@ class Context:
     tile: Tile | None
     dtype: str
     comm_sms: int
-    constants: KernelConstants
+    constants: KernelConstants  # with the system's figures filled in (KernelConstants.on)
+    gpu: GpuExecution  # the system's GPU figures (fabric efficiency, launch-and-flag latency)
     hbm_Bps: float | None = None  # HBM bandwidth a streaming kernel achieves (None: the DRAM model's own)
 
     @property
@@ -96,7 +98,8 @@ def ag_gemm(shape: dict, ctx: Context) -> KernelTime:
     dev = compute_device(ctx.dev, ctx.comm_sms, ctx.constants, ctx.dtype)
     g = gemm_time(Gemm("ag_gemm", m, n, k, a_bytes=e, b_bytes=e, c_bytes=e, weight=True), dev, ctx.tile)
     shard_B = m / p * k * e
-    comm = transfer("all_to_all", shard_B * p, p, ctx.network, "pairwise", ctx.constants)  # p−1 pulls of a shard
+    # p−1 pulls of a shard
+    comm = transfer("all_to_all", shard_B * p, p, ctx.network, "pairwise", ctx.constants, ctx.gpu)
     local_s = stream_time_s("ag_local_copy", shard_B, shard_B, ctx.dev, ctx.hbm_Bps)
     pipe_s = _pipelined(g.time_s, p, comm)
     parts = (("launches", ctx.launches_s("ag-gemm")), ("local_copy", local_s), ("gemm+gather (eq. 5)", pipe_s),
@@ -115,7 +118,7 @@ def gemm_rs(shape: dict, ctx: Context) -> KernelTime:
     dev = compute_device(ctx.dev, ctx.comm_sms, ctx.constants, ctx.dtype)
     g = gemm_time(Gemm("gemm_rs", m, n, k, a_bytes=e, b_bytes=e, c_bytes=e, weight=True), dev, ctx.tile)
     chunk_B = m / p * n * e
-    comm = transfer("all_to_all", chunk_B * p, p, ctx.network, "pairwise", ctx.constants)
+    comm = transfer("all_to_all", chunk_B * p, p, ctx.network, "pairwise", ctx.constants, ctx.gpu)
     local_s = stream_time_s("rs_local_copy", chunk_B, chunk_B, ctx.dev, ctx.hbm_Bps)  # own chunk, in HBM
     pipe_s = _pipelined(g.time_s, p, comm) + local_s
     reduce_s = stream_time_s("rs_ring_reduce", p * chunk_B, chunk_B, ctx.dev, ctx.hbm_Bps)
@@ -174,7 +177,7 @@ def moe_gemm_ar(shape: dict, ctx: Context) -> KernelTime:
     hbm_B = (ex * k_shard * h * e + MOE_N_CHUNKS * t * kk * k_shard * e + 2 * expanded_B
              + (2 + p) * t * h * e)
     hbm_s = hbm_B / ctx.hbm_Bps if ctx.hbm_Bps else stream_time_s("moe_hbm", hbm_B, 0.0, ctx.dev)
-    comm = transfer("all_to_all", p * t * h * e, p, ctx.network, "direct", ctx.constants, sm_issued=True)
+    comm = transfer("all_to_all", p * t * h * e, p, ctx.network, "direct", ctx.constants, ctx.gpu, sm_issued=True)
     pipe_s = _pipelined(compute_s + hbm_s, MOE_N_CHUNKS, comm)
     parts = (("launches", ctx.launches_s("moe-gemm-ar")), ("gemm+reduce+all-reduce (eq. 5)", pipe_s),
              ("ref: gemm compute", compute_s), ("ref: hbm", hbm_s), ("ref: all-reduce pull", comm.time_s))
@@ -194,7 +197,7 @@ def ep_dispatch(shape: dict, ctx: Context) -> KernelTime:
     if kk > ex:
         raise ValueError(f"topk ({kk}) must be ≤ experts ({ex})")
     send_B = t * kk * h * ctx.elem_B
-    comm = transfer("all_to_all", send_B, p, ctx.network, "direct", ctx.constants, sm_issued=True)
+    comm = transfer("all_to_all", send_B, p, ctx.network, "direct", ctx.constants, ctx.gpu, sm_issued=True)
     copy_in_s = stream_time_s("ep_copy_in", t * h * ctx.elem_B, t * h * ctx.elem_B, ctx.dev, ctx.hbm_Bps)
     copy_out_s = stream_time_s("ep_copy_out", send_B, send_B, ctx.dev, ctx.hbm_Bps)
     parts = (("launches", ctx.launches_s("ep-dispatch")), ("copy in", copy_in_s),
@@ -215,7 +218,7 @@ def ulysses(shape: dict, ctx: Context) -> KernelTime:
     g = gemm_time(Gemm("ulysses_out_proj", b * s // sp, out, nh * hd, a_bytes=e, b_bytes=e, c_bytes=e,
                        weight=True), dev, ctx.tile)
     send_B = b * s * nh * hd * e / sp
-    comm = transfer("all_to_all", send_B, sp, ctx.network, "direct", ctx.constants, sm_issued=True)
+    comm = transfer("all_to_all", send_B, sp, ctx.network, "direct", ctx.constants, ctx.gpu, sm_issued=True)
     pipe_s = _pipelined(g.time_s, sp, comm)
     parts = (("launches", ctx.launches_s("ulysses")), ("gemm+all-to-all (eq. 5)", pipe_s),
              ("ref: gemm alone", g.time_s), ("ref: all-to-all alone", comm.time_s))

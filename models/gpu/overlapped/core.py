@@ -9,8 +9,9 @@ launches and synchronisations on the critical path (docs/model.md, "Distributed 
 * **HBM streams** (reductions, local copies): :func:`deepstack.models.compute.vector.time_vector`, at least the
   bytes at the system's achievable HBM bandwidth (``gpu.hbm_efficiency``).
 * **Transfers**: :func:`deepstack.models.collectives.collective_time` on the system's network with each link
-  derated to the payload rate NVLink delivers in practice (:func:`achievable_topology`) and a fixed cost per
-  copy/signal step (:attr:`KernelConstants.step_overhead_s`).
+  derated to the payload rate NVLink delivers in practice
+  (:func:`deepstack.models.gpu.collectives.achievable_topology`) and a fixed cost per copy/signal step
+  (:attr:`KernelConstants.step_overhead_s`).
 * **Launches**: a fixed cost per kernel launch or barrier on the critical path
   (:attr:`KernelConstants.launch_overhead_s`).
 """
@@ -30,24 +31,12 @@ from deepstack.models.compute.gemm_tuner import tilings
 from deepstack.models.compute.operators import Gemm, Vector
 from deepstack.models.compute.timing import NoTilingError
 from deepstack.models.compute.vector import time_vector
+from deepstack.models.gpu.collectives import SM_PUT_FRACTION, achievable_topology
 from deepstack.models.hardware.device import DeviceSpec
-from deepstack.models.network import NetworkTopology, as_topology
+from deepstack.schema.hardware import GpuExecution
 
-# nccl-tests issue #212 (NVIDIA/nccl-tests): all-reduce bus bandwidth on 8×H100 SXM NVLink 4 reaches ~370 GB/s of
-# the 450 GB/s per direction; payload bytes per second, after every protocol overhead
-# (docs/calibration.md, "Distributed kernels")
-NVLINK_ACHIEVED_PAYLOAD_Bps = 370e9
 # NVIDIA H100 datasheet: FP8 dense tensor-core rate 1,979 TFLOPS = 2 × the FP16 rate (989 TFLOPS)
 DTYPES = {"fp16": (2.0, 1.0), "bf16": (2.0, 1.0), "fp8": (1.0, 2.0)}  # bytes per element, matrix-rate multiple
-
-
-# DeepEP issue #16 (deepseek-ai/DeepEP): intranode dispatch with SM-issued NVLink copies reaches 337 GB/s on an
-# H20 (NVLink 4, 450 GB/s per direction, as the H100): 337 / 370 of the achievable payload rate
-SM_PUT_FRACTION = 337 / 370
-# sglang PR #2904: vLLM's custom all-reduce at TP8 on H100 takes 10.1 µs at 512 B, i.e. one kernel launch plus one
-# cross-GPU flag exchange over NVLink; taken for every launch or barrier and every copy/signal step (a copy-engine
-# copy behind a stream wait on a peer's flag is the same launch + flag round trip)
-LAUNCH_AND_FLAG_S = 10.1e-6
 
 
 @dataclass(frozen=True)
@@ -63,22 +52,31 @@ class KernelConstants:
             ``putmem`` or loads from a peer's memory in a kernel) reach; copy-engine copies reach all of it.
             Source: DeepEP issue #16 (337 of 370 GB/s).
         step_overhead_s: fixed cost of one copy or signal step of a transfer (a copy-engine ``cudaMemcpyAsync``
-            with its stream wait/write of the ready flag, or an NVSHMEM put with its fence), s. Source: sglang #2904.
-        launch_overhead_s: fixed cost of one kernel launch or device-wide barrier on the critical path, s.
-            Source: sglang #2904.
+            with its stream wait/write of the ready flag, or an NVSHMEM put with its fence), s; None: the
+            system's launch-and-flag latency (``gpu.allreduce_floor_us``: a copy behind a stream wait on a
+            peer's flag is the same launch + flag round trip). Source: sglang #2904.
+        launch_overhead_s: fixed cost of one kernel launch or device-wide barrier on the critical path, s;
+            None: the system's ``gpu.allreduce_floor_us``. Source: sglang #2904.
     """
 
     mma_fraction: float = 0.75
     sm_put_fraction: float = SM_PUT_FRACTION
-    step_overhead_s: float = LAUNCH_AND_FLAG_S
-    launch_overhead_s: float = LAUNCH_AND_FLAG_S
+    step_overhead_s: float | None = None
+    launch_overhead_s: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("mma_fraction", "sm_put_fraction"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"{name}: must be in (0, 1] (got {getattr(self, name)})")
-        if self.step_overhead_s < 0 or self.launch_overhead_s < 0:
+        if any(value is not None and value < 0 for value in (self.step_overhead_s, self.launch_overhead_s)):
             raise ValueError("step_overhead_s and launch_overhead_s must be ≥ 0")
+
+    def on(self, gpu: GpuExecution) -> KernelConstants:
+        """These constants with every system-given figure (None) taken from the system's ``gpu`` table."""
+        floor_s = gpu.allreduce_floor_us * 1e-6
+        return dataclasses.replace(
+            self, step_overhead_s=floor_s if self.step_overhead_s is None else self.step_overhead_s,
+            launch_overhead_s=floor_s if self.launch_overhead_s is None else self.launch_overhead_s)
 
 
 DEFAULT_CONSTANTS = KernelConstants()
@@ -175,26 +173,13 @@ def stream_time_s(name: str, read_B: float, write_B: float, dev: DeviceSpec, hbm
     return max(time_s, (read_B + write_B) / hbm_Bps) if hbm_Bps else time_s
 
 
-def achievable_topology(network, share: float = 1.0) -> NetworkTopology:
-    """The system's network with every link derated to the payload rate NVLink delivers in practice: the model's
-    packet framing stays, so a link carries ``NVLINK_ACHIEVED_PAYLOAD_Bps`` of payload at full load (links
-    already slower than that keep their rate), times ``share`` (what the issuing engine reaches of it)."""
-    topology = as_topology(network)
-    levels = []
-    for level in topology.levels:
-        framing = level.packet_bytes / (level.packet_bytes + level.header_bytes) if level.packet_bytes else 1.0
-        payload_Bps = level.link_bw_Bps * framing
-        scale = min(1.0, NVLINK_ACHIEVED_PAYLOAD_Bps / payload_Bps)
-        levels.append(dataclasses.replace(level, link_bw_Bps=level.link_bw_Bps * scale * share))
-    return dataclasses.replace(topology, levels=tuple(levels))
-
-
-def transfer(op: str, bytes_per_rank: float, ranks: int, network, algorithm: str,
-             constants: KernelConstants, sm_issued: bool = False) -> CollectiveResult:
-    """A collective over devices 0…ranks−1 of the system at NVLink's achievable rate (times
-    ``sm_put_fraction`` when SM warps issue the puts), each step paying ``step_overhead_s`` (see
-    :func:`deepstack.models.collectives.collective_time` for ``bytes_per_rank``)."""
-    topology = achievable_topology(network, constants.sm_put_fraction if sm_issued else 1.0)
+def transfer(op: str, bytes_per_rank: float, ranks: int, network, algorithm: str, constants: KernelConstants,
+             gpu: GpuExecution, sm_issued: bool = False) -> CollectiveResult:
+    """A collective over devices 0…ranks−1 of the system at its fabric's achievable payload rate
+    (:func:`deepstack.models.gpu.collectives.achievable_topology`; times ``sm_put_fraction`` when SM warps issue
+    the puts), each step paying ``step_overhead_s`` (see :func:`deepstack.models.collectives.collective_time` for
+    ``bytes_per_rank``)."""
+    topology = achievable_topology(network, gpu.nccl_bus_efficiency, constants.sm_put_fraction if sm_issued else 1.0)
     if not 2 <= ranks <= topology.devices:
         raise UserInputError(f"ranks: the system has {topology.devices} devices; a kernel spans 2..{topology.devices}"
                              f" (got {ranks})")

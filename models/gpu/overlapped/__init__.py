@@ -9,8 +9,7 @@ fields each takes. docs/model.md ("Distributed kernels") says what each time is 
 from __future__ import annotations
 
 from deepstack.errors import UserInputError
-from deepstack.models.hardware.device import resolve_device
-from deepstack.models.kernels.core import (
+from deepstack.models.gpu.overlapped.core import (
     DEFAULT_CONSTANTS,
     DTYPES,
     KernelConstants,
@@ -18,7 +17,8 @@ from deepstack.models.kernels.core import (
     dtype_info,
     parse_tile,
 )
-from deepstack.models.kernels.kinds import KINDS, Context, KernelTime, expected_blocks
+from deepstack.models.gpu.overlapped.kinds import KINDS, Context, KernelTime, expected_blocks
+from deepstack.models.hardware.device import resolve_device
 from deepstack.models.network import as_topology
 
 __all__ = ["DEFAULT_CONSTANTS", "DTYPES", "KINDS", "KernelConstants", "KernelTime", "Tile", "expected_blocks",
@@ -41,11 +41,11 @@ def kernel_time(kind: str, shape: dict[str, int], architecture, network, *, tile
         comm_sms: SMs taken from compute by communication (None: the kind's default, 0 where copy engines move
             the data, 16 for Ulysses).
         constants: the model's constants (default: docs/calibration.md, "Distributed kernels": mma_fraction
-            calibrated, the others sourced).
+            calibrated, the others sourced; the fixed costs the system's ``gpu`` table gives).
 
     Raises:
         UserInputError: unknown kind or dtype, a missing or non-positive shape field, a shape the kind cannot
-            run, a tile that does not fit, or more ranks than the system has.
+            run, a tile that does not fit, more ranks than the system has, or a system that is not a GPU's.
     """
     if kind not in KINDS:
         raise UserInputError(f"--kind: must be one of {', '.join(KINDS)} (got {kind!r})")
@@ -59,12 +59,15 @@ def kernel_time(kind: str, shape: dict[str, int], architecture, network, *, tile
         if int(shape[field]) != shape[field] or shape[field] < 1:
             raise UserInputError(f"--{field.replace('_', '-')}: must be a positive integer (got {shape[field]!r})")
     dtype_info(dtype)
+    gpu = getattr(architecture, "gpu", None)
+    if gpu is None:
+        raise UserInputError("--system: distributed kernels run on a GPU system, one whose chip has a gpu table "
+                             "(every system of `deepstack catalog systems`)")
     dev = resolve_device(architecture, network=network)
     devices = as_topology(network).devices
-    gpu = getattr(architecture, "gpu", None)
-    hbm_Bps = dev.dram.peak_bw_Bps * gpu.hbm_efficiency if gpu is not None else None
-    ctx = Context(dev, network, devices, tile, dtype, default_sms if comm_sms is None else comm_sms, constants,
-                  hbm_Bps)
+    hbm_Bps = dev.dram.peak_bw_Bps * gpu.hbm_efficiency
+    ctx = Context(dev, network, devices, tile, dtype, default_sms if comm_sms is None else comm_sms,
+                  constants.on(gpu), gpu, hbm_Bps)
     try:
         return model({field: int(shape[field]) for field in fields}, ctx)
     except ValueError as exc:
