@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from deepstack.models import memo
-from deepstack.models.gpu.collectives import allreduce_time_s
+from deepstack.models.gpu.collectives import allreduce_algorithm, allreduce_time_s
 from deepstack.models.gpu.efficiency import at_least_achievable
 from deepstack.models.gpu.host import fixed_row, fixed_timing, host_rows, uses_graphs
 from deepstack.models.gpu.kernels import step_kernels
@@ -91,11 +91,13 @@ def vllm_expert_parallel(rows, schedule) -> list:
 
 
 def _gpu_collective(gpu, result, network):
-    """``result`` re-timed as vLLM's all-reduce (other collectives keep the network model's time)."""
+    """``result`` re-timed as vLLM's all-reduce and named by what runs it (``custom``: vLLM's custom kernel; else
+    NCCL's algorithm); other collectives keep the network model's time."""
     if result.op != "all_reduce" or result.group_size <= 1:
         return result
     time_s = allreduce_time_s(gpu, result.bytes_per_rank, result.group_size, network)
     floor_s = min(time_s, gpu.allreduce_floor_us * 1e-6)
-    return dataclasses.replace(result, time_s=time_s, latency_s=floor_s, congestion_s=time_s - floor_s,
-                               overhead_s=0.0, candidates=((result.algorithm, time_s),))
+    algorithm = allreduce_algorithm(gpu, result.bytes_per_rank, network)
+    return dataclasses.replace(result, algorithm=algorithm, time_s=time_s, latency_s=floor_s,
+                               congestion_s=time_s - floor_s, overhead_s=0.0, candidates=((algorithm, time_s),))
 

@@ -51,14 +51,22 @@ def achievable_topology(network, efficiency: float, share: float = 1.0) -> Netwo
     return dataclasses.replace(topology, levels=(derated, *outer))
 
 
+def allreduce_algorithm(gpu: GpuExecution, bytes_per_rank: float, network) -> str:
+    """What vLLM's all-reduce of ``bytes_per_rank`` runs: its custom kernel (``custom``) up to the size limit,
+    above it NCCL's algorithm on the server's fabric."""
+    if bytes_per_rank <= gpu.custom_allreduce_max_MiB * MiB:
+        return "custom"
+    return NCCL_ALGORITHM.get(as_topology(network).levels[0].topology, NCCL_DEFAULT_ALGORITHM)
+
+
 def allreduce_time_s(gpu: GpuExecution, bytes_per_rank: float, ranks: int, network) -> float:
     """Time of one vLLM all-reduce of ``bytes_per_rank`` over GPUs 0…ranks−1 of the server's ``network``."""
     if ranks <= 1 or bytes_per_rank <= 0:
         return 0.0
     floor_s = gpu.allreduce_floor_us * 1e-6
-    if bytes_per_rank <= gpu.custom_allreduce_max_MiB * MiB:
+    algorithm = allreduce_algorithm(gpu, bytes_per_rank, network)
+    if algorithm == "custom":
         return floor_s + bytes_per_rank / MiB * gpu.allreduce_us_per_MiB * 1e-6
     topology = achievable_topology(network, gpu.nccl_bus_efficiency)
-    algorithm = NCCL_ALGORITHM.get(topology.levels[0].topology, NCCL_DEFAULT_ALGORITHM)
     return floor_s + collective_time("all_reduce", bytes_per_rank, tuple(range(ranks)), topology,
                                      algorithm=algorithm).congestion_s
