@@ -267,8 +267,9 @@ def plot(accuracy: KernelAccuracy, path: str | Path) -> Path:
 
 def cross_validation_rows() -> list[dict[str, Any]]:
     """:func:`kernels_cross_validate` as rows of the ``deepstack accuracy cross-validate`` table (``check``,
-    ``calibrated_on``, ``predicted``, ``mape_pct``, plus the weighted error)."""
+    ``calibrated_on``, ``predicted``, ``mape_pct``, plus the weighted error and the held-out rows)."""
     folds = kernels_cross_validate()["folds"]
     return [{"check": "kernels: leave one kind out", "calibrated_on": f"the other kinds ({fold['calibrated_on_rows']}"
              " rows)", "predicted": kind, "mape_pct": fold["held_out"]["mape_pct"],
-             "weighted_pct": fold["held_out"]["weighted_pct"]} for kind, fold in folds.items()]
+             "weighted_pct": fold["held_out"]["weighted_pct"], "rows": fold["held_out"]["rows"]}
+            for kind, fold in folds.items()]

@@ -51,10 +51,11 @@ def _with_plot(data: dict[str, Any], plot: str | None, draw) -> dict[str, Any]:
 
 def accuracy_summary(progress=None) -> list[dict[str, Any]]:
     """One row per check and family: weighted and median error, rows scored, rows the model failed on;
-    ``progress(done, total)`` after each of the five checks."""
+    ``progress(done, total)`` after each of the six parts (five checks and the cross-validations)."""
     from deepstack.accuracy.files import each
 
-    parts = (_network_summary, _serving_summary, _power_summary, _kernels_summary, _paper_summary)
+    parts = (_network_summary, _serving_summary, _power_summary, _kernels_summary, _paper_summary,
+             _cross_validation_summary)
     return [row for rows in each(lambda part: part(), parts, progress) for row in rows]
 
 
@@ -150,6 +151,18 @@ def cross_validation(progress=None) -> list[dict[str, Any]]:
     from deepstack.accuracy.files import each
 
     return [row for rows in each(lambda entry: entry[1](), CROSS_VALIDATIONS, progress) for row in rows]
+
+
+def _cross_validation_summary() -> list[dict[str, Any]]:
+    """The generalisation rows of ``accuracy all``: each held-out part's MAPE with what the constants were set on
+    (serving: one model's decode predicted from the other's; kernels: one kind predicted from the other four)."""
+    rows = []
+    for row in cross_validation():
+        check = row["check"].split(":")[0]
+        family = f"{check}: {row['predicted']} held out, set on {row['calibrated_on']}"
+        rows.append({"check": "cross-validation", "family": family, "weighted_pct": row.get("weighted_pct"),
+                     "median_pct": None, "mape_pct": row["mape_pct"], "rows": row.get("rows"), "failures": 0})
+    return rows
 
 
 def kernels_accuracy(*, plot: str | None = None, reference: str | None = None, progress=None) -> dict[str, Any]:
