@@ -44,7 +44,7 @@ class InnerTask:
     """One trial's inner problem: the problem (space, scenario, objectives), a hardware point and the schedules
     to try (``None``: every schedule that fits, the exact solve)."""
 
-    problem: object  # deepstack.search.optimize.Problem (frozen, hashable)
+    problem: object  # deepstack.search.problem.Problem (frozen, hashable)
     hardware: HardwarePoint
     only: tuple[str, ...] | None
 

@@ -6,7 +6,9 @@ only after evaluating, go through Optuna's constraint API. Studies live in an RD
 journal file and resume: re-running the same command adds ``trials`` more, or finishes a run an interrupt cut
 short (:mod:`.resume`). The sampler runs on an in-memory
 mirror of the study (:class:`Mirror`) and each batch of finished trials is stored in one write, so a killed run loses
-only the batch it was evaluating and never leaves a RUNNING trial (the batched loop: :mod:`.ask_tell`).
+only the batch it was evaluating and never leaves a RUNNING trial (the batched loop: :mod:`.ask_tell`). Elsewhere: the
+options and defaults (:mod:`.optimize_options`), the paths a storage URL names (:mod:`.storage_paths`), the problem
+(:mod:`.problem`), and what a run hands back and writes beside the study (:mod:`.optimize_report`).
 """
 
 from __future__ import annotations
@@ -19,27 +21,25 @@ import sqlite3
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import optuna
 
 from deepstack.errors import UserInputError
-from deepstack.models.parallel.strategies import Strategy
-from deepstack.schema import DesignSpace, Scenario
+from deepstack.schema import Scenario
 from deepstack.search import ask_tell
-from deepstack.search.ask_tell import _noc_levels
-from deepstack.search.feasibility import Proposal, feasibility_of
 from deepstack.search.files import check_output_folder
 from deepstack.search.interrupt import Interrupts
 from deepstack.search.objectives import OBJECTIVES, parse_objectives  # noqa: F401 (re-exported: api)
+from deepstack.search.optimize_options import DEFAULT_BATCH, DEFAULT_SEED, DEFAULT_TRIALS, SAMPLERS, check_options
+from deepstack.search.optimize_report import OptimizeResult, write_run_report
+from deepstack.search.problem import Problem, any_proposal
 from deepstack.search.resume import RUN_ATTR, RunRecord
-from deepstack.search.space import HardwarePoint, load_space, scenarios
-from deepstack.search.study_front import write_front
-from deepstack.search.study_record import StudyRecord, check_same_problem, study_counts
+from deepstack.search.space import load_space, scenarios
+from deepstack.search.storage_paths import check_storage_folder, default_storage, front_folder, is_journal, storage_file
+from deepstack.search.study_record import StudyRecord, check_same_problem
 
-SAMPLERS = ("nsga2", "tpe")
 # heartbeats and fail_stale_trials are marked experimental in Optuna 5 but are the documented recovery path
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
@@ -47,53 +47,6 @@ HEARTBEAT_INTERVAL_S = 5  # a running trial refreshes its heartbeat this often (
 HEARTBEAT_GRACE_S = 20  # a trial silent this long belongs to a killed worker and is failed on resume
 ZOMBIE_AGE_S = 600  # a trial evaluates in seconds; one RUNNING for 10 minutes belongs to a dead worker
 SQLITE_TIMEOUT_S = 60  # wait this long for another process's write lock instead of failing
-DEFAULT_SEED = 0  # every run of the same command proposes the same points (--seed to vary)
-DEFAULT_TRIALS = 1000  # a run's trials (the main job's): enough for the local search to reach the front's corner
-DEFAULT_BATCH = 4  # trials asked, solved (on the worker pool) and told together
-INNER = ("screen", "exact")  # how a sampled point's schedules are solved (search/bilevel.py)
-SEED_MAX = 2**32 - 1  # the samplers seed numpy's RandomState, which takes 0..2**32 - 1
-# the share of a run's trials that go to local search around the front, by default (--refine sets a number). Set
-# by hand on the default space (optimize(), seed 0, 2 workers): 1,000 trials at 60 % and at 90 % refining both reach
-# hypervolume 7.434, the former 100 + 1,000 trials' front; at 100 trials the front depends on the seed (6.09–7.27
-# over seeds 0–3), hence DEFAULT_TRIALS
-REFINE_SHARE = 0.6
-
-
-def default_storage(study: str) -> str:
-    return f"sqlite:///studies/{study}.db"
-
-
-def _is_journal(url: str) -> bool:
-    return url.startswith("journal:") or url.endswith((".log", ".journal"))
-
-
-def storage_file(url: str) -> Path | None:
-    """The file a storage URL keeps its study in (``sqlite:///PATH``, ``journal:PATH``, ``PATH.log``); None for
-    a database server (PostgreSQL) or an in-memory SQLite."""
-    if _is_journal(url):
-        return Path(url.removeprefix("journal:"))
-    if url.startswith("sqlite:///") and url.removeprefix("sqlite:///") not in ("", ":memory:"):
-        return Path(url.removeprefix("sqlite:///"))
-    return None
-
-
-def front_folder(out: str | None, storage_url: str) -> Path:
-    """Where a study's front files go: ``--out``, else beside its storage file (``studies/`` for a server)."""
-    if out is not None:
-        return Path(out)
-    path = storage_file(storage_url)
-    return path.parent if path is not None else Path("studies")
-
-
-def check_storage_folder(url: str, may_create: bool = False) -> bool:
-    """Refuse a storage file whose folder does not exist (unless ``may_create``); True when it is to be created."""
-    path = storage_file(url)
-    if path is None or path.parent.is_dir():
-        return False
-    if not may_create or path.parent.exists():
-        raise UserInputError(f"--storage: {path.parent}, the folder of {url!r}, is not an existing folder; create "
-                             "it first or give a file in an existing folder")
-    return True
 
 
 def open_storage(url: str, create_folder: bool = False):
@@ -109,7 +62,7 @@ def open_storage(url: str, create_folder: bool = False):
         except OSError as exc:
             raise UserInputError(f"--storage: cannot create the folder {path.parent}: {exc.strerror or exc}") from None
     try:
-        if _is_journal(url):
+        if is_journal(url):
             return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
         if url.startswith("sqlite:///"):
             path = Path(url.removeprefix("sqlite:///"))
@@ -157,19 +110,6 @@ def _sampler(name: str, seed: int | None):
 
 def _directions(objectives: list[str]) -> list[str]:
     return ["maximize" if OBJECTIVES[o][1] else "minimize" for o in objectives]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """What a study optimises: a space, one scenario, the objectives."""
-
-    space: DesignSpace
-    scenario: Scenario
-    objectives: tuple[str, ...]
-
-    @property
-    def feasibility(self):
-        return feasibility_of(self.space, self.scenario)
 
 
 # The study's in-memory mirror (issue 20, acceptance 4). The persistent study (SQLite, PostgreSQL or a journal file)
@@ -342,19 +282,6 @@ def _insert(rdb, study_id: int, trials: list[optuna.trial.FrozenTrial]) -> list[
         return [row.number for row in stored]
 
 
-@dataclass
-class OptimizeResult:
-    study: str
-    storage: str
-    trials: int
-    added: int
-    objectives: list[str]
-    pareto: list[dict]
-    files: dict[str, str]
-    wall_s: float
-    run: dict = field(default_factory=dict)  # counts, hypervolume, evaluations, stop reason of this run
-
-
 def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | None, sampler: str = "nsga2",
              trials: int = DEFAULT_TRIALS, study: str = "deepstack", storage: str | None = None,
              seed: int | None = DEFAULT_SEED, workers: int = 1, out: str | None = None, batch: int = DEFAULT_BATCH,
@@ -365,29 +292,15 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     front (fewer if ``until_stall`` trials pass without the hypervolume growing, or a SIGINT/SIGTERM ends the run:
     then ``run["interrupted"]`` names the signal and the next call with the same options finishes the run, as if
     never interrupted); write the Pareto front files and the hypervolume PNG."""
-    if trials < 0 or trials > 1_000_000:
-        raise UserInputError(f"--trials: must be in 0..1000000 (got {trials})")
-    if not 1 <= workers <= 64:
-        raise UserInputError(f"--workers: must be in 1..64 (got {workers})")
-    if not 1 <= batch <= 1024:
-        raise UserInputError(f"--trials-per-batch: must be in 1..1024 (got {batch})")
-    if until_stall is not None and until_stall < 1:
-        raise UserInputError(f"--until-stall: must be a number of trials ≥ 1 (got {until_stall})")
-    if refine is None:
-        refine = round(REFINE_SHARE * trials)
-    if not 0 <= refine <= 1_000_000:
-        raise UserInputError(f"--refine: must be a number of trials in 0..1000000 (got {refine})")
-    if inner not in INNER:
-        raise UserInputError(f"--inner: must be one of {', '.join(INNER)} (got {inner!r})")
-    if seed is not None and not 0 <= seed <= SEED_MAX:
-        raise UserInputError(f"--seed: must be an integer in 0..{SEED_MAX} (the sampler's seed range; got {seed})")
+    refine = check_options(trials=trials, workers=workers, batch=batch, until_stall=until_stall, refine=refine,
+                           inner=inner, seed=seed)
     _sampler(sampler, seed)  # validate the name before touching any storage
     started = time.perf_counter()
     design_space = load_space(space)
     if scenario is None:
         scenario = scenarios(design_space)[0]
     problem = Problem(design_space, scenario, tuple(objectives))
-    problem.feasibility.repair(_any_proposal(problem))  # fail fast (one line) if the space is infeasible
+    problem.feasibility.repair(any_proposal(problem))  # fail fast (one line) if the space is infeasible
     storage_url = storage or default_storage(study)
     folder = front_folder(out, storage_url)
     check_storage_folder(storage_url, may_create=storage is None)
@@ -421,17 +334,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
         else:  # a signal or an error: the next run with this plan finishes it
             this_run.save(interrupted=True)
     wall = time.perf_counter() - running
-    tick = time.perf_counter()
-    record = StudyRecord.load(the_study, list(objectives))
-    front = record.front_rows()
-    files = write_front(front, the_study, list(objectives), folder, study, space=design_space)
-    png = record.progress.plot(str(folder / f"{study}.hypervolume.png"), f"{study}: hypervolume after each batch")
-    if png:
-        files["hypervolume_png"] = png
-    history = record.progress.history
-    run["timing_s"].update(setup=setup_s, front=time.perf_counter() - tick)
-    run.update({"hypervolume": history[-1][2] if history else 0.0, "evaluations": record.evaluations,
-                "study_counts": study_counts(the_study), "seed": seed, "batch": batch})
+    front, files = write_run_report(the_study, list(objectives), folder, study, design_space, run, setup_s)
+    run.update({"seed": seed, "batch": batch})
     return OptimizeResult(study, storage_url, _finished(the_study), run["told"] - run["resumed_from"],
                           list(objectives), front, files, wall, run)
 
@@ -443,13 +347,6 @@ def _fail_zombies(study) -> None:
     for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
         if trial.datetime_start and (now - trial.datetime_start).total_seconds() > ZOMBIE_AGE_S:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-
-
-def _any_proposal(problem: Problem) -> Proposal:
-    f = problem.feasibility
-    hw = problem.space.hardware
-    return Proposal(HardwarePoint(f.chips[0], f.nocs[0], f.stacked[0], 1, f.srams[0], hw.hop_latency_scale[0],
-                                  (hw.level_bw_scale[0],) * _noc_levels(f.nocs[0])), Strategy(dp=f.n))
 
 
 def _finished(study) -> int:

@@ -36,6 +36,17 @@ ReferenceOption = Annotated[str | None, typer.Option(
     "--reference", help="A CSV in the shipped file's format (validation/README.md) to check instead of it.")]
 
 
+def _run_check(label: str, json_out: bool, check, **options):
+    """Run an accuracy check (an api function that takes ``progress``) under the progress bar. With --json, print
+    its result and return None; else return it for the command's text report."""
+    with _bar(label, json_out) as advance:
+        result = check(**options, progress=advance)
+    if json_out:
+        report.print_json(result)
+        return None
+    return result
+
+
 @accuracy_app.command("network")
 def accuracy_network(
     plot: Annotated[str | None, typer.Option(help="Write a PNG of every panel (log-log time vs bytes) here.")] = None,
@@ -47,10 +58,9 @@ def accuracy_network(
 
     Example: deepstack accuracy network --plot network-accuracy.png
     """
-    with _bar("accuracy network: reference rows", json_out) as advance:
-        result = api.network_accuracy(plot=plot, reference=reference, progress=advance)
-    if json_out:
-        report.print_json(result)
+    result = _run_check("accuracy network: reference rows", json_out, api.network_accuracy, plot=plot,
+                        reference=reference)
+    if result is None:  # --json: printed
         return
     no_reference = result["no_reference"]
     report.console.print(f"reference {result['reference']}: {result['rows_total']} rows, "
@@ -84,10 +94,8 @@ def accuracy_all(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy all --json
     """
-    with _bar("accuracy: checks", json_out) as advance:
-        rows = api.accuracy_summary(progress=advance)
-    if json_out:
-        report.print_json(rows)
+    rows = _run_check("accuracy: checks", json_out, api.accuracy_summary)
+    if rows is None:  # --json: printed
         return
     report.console.print("weighted error = Σ|model − ref| / Σ ref over a family's rows (the paper's metric); median "
                          "error = the median row's |model − ref| / ref; MAPE = the mean of |model − ref| / ref; "
@@ -110,10 +118,8 @@ def accuracy_paper(
 
     Example: deepstack accuracy paper
     """
-    with _bar("accuracy paper: parts", json_out) as advance:
-        result = api.paper_accuracy(progress=advance, studies=studies)
-    if json_out:
-        report.print_json(result)
+    result = _run_check("accuracy paper: parts", json_out, api.paper_accuracy, studies=studies)
+    if result is None:  # --json: printed
         return
     summary = result["summary"]
     report.console.print(f"reference {result['reference']}: DeepSeek-V3 decode on 256 devices; "
@@ -146,10 +152,9 @@ def accuracy_serving(
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
-    with _bar("accuracy serving: reference rows", json_out) as advance:
-        result = api.serving_accuracy(plot=plot, reference=reference, progress=advance)
-    if json_out:
-        report.print_json(result)
+    result = _run_check("accuracy serving: reference rows", json_out, api.serving_accuracy, plot=plot,
+                        reference=reference)
+    if result is None:  # --json: printed
         return
     constants = "; ".join(f"{system}: host_step_us {c['host_step_us']:g}, eager_op_us {c['eager_op_us']:g}"
                           for system, c in result["constants"].items())
@@ -184,10 +189,8 @@ def accuracy_power(
 
     Example: deepstack accuracy power
     """
-    with _bar("accuracy power: reference rows", json_out) as advance:
-        result = api.power_accuracy(reference=reference, progress=advance)
-    if json_out:
-        report.print_json(result)
+    result = _run_check("accuracy power: reference rows", json_out, api.power_accuracy, reference=reference)
+    if result is None:  # --json: printed
         return
     scores = result["scores"]
     held = scores.get("held out")
@@ -223,10 +226,9 @@ def accuracy_kernels(
 
     Example: deepstack accuracy kernels --plot kernels-accuracy.png
     """
-    with _bar("accuracy kernels: reference rows", json_out) as advance:
-        result = api.kernels_accuracy(plot=plot, reference=reference, progress=advance)
-    if json_out:
-        report.print_json(result)
+    result = _run_check("accuracy kernels: reference rows", json_out, api.kernels_accuracy, plot=plot,
+                        reference=reference)
+    if result is None:  # --json: printed
         return
     report.console.print(f"reference {result['reference']}: {result['rows_total']} rows on {result['system']}; "
                          "weighted = Σ|model − ref| / Σ ref, MAPE = mean |model − ref| / ref",
@@ -247,9 +249,7 @@ def accuracy_cross_validate(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy cross-validate
     """
-    with _bar("accuracy cross-validate: checks", json_out) as advance:
-        rows = api.cross_validation(progress=advance)
-    if json_out:
-        report.print_json(rows)
+    rows = _run_check("accuracy cross-validate: checks", json_out, api.cross_validation)
+    if rows is None:  # --json: printed
         return
     report.table("cross-validation: calibrated on one part, scored on the held-out part (MAPE %)", rows)

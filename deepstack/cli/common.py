@@ -1,8 +1,10 @@
 """What every command shares: the typer app and its --version, the progress bar, a registry's names for a flag's
-help, and the option types several commands take."""
+help, and the option types several commands take (and the search commands' scenario flags as one group)."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 from typing import Annotated
 
@@ -77,3 +79,32 @@ MaxTempC = Annotated[float | None, typer.Option(
 AssumptionsOption = Annotated[str | None, typer.Option(
     help="Assumption set: default, or paper (the DeepStack paper's and its artifact's choices: 35 °C coolant, "
          "decode averaged over four KV lengths, pp micro-batches, ...; docs/model.md §17).")]
+SpaceOption = Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")]
+# the scenario flags of the search commands (optimize, sweep), in --help's order: each is None unless given (then the
+# design space's first scenario decides), and each is a keyword argument of api.run_optimize and api.run_sweep
+SPACE_SCENARIO_OPTIONS = {"model": SpaceModel, "phase": SpacePhase, "batch": SpaceBatch, "input_len": SpaceInputLen,
+                          "output_len": SpaceOutputLen, "precision": SpacePrecision,
+                          "prefill_chunk_tokens": PrefillChunkTokens, "ambient_c": AmbientC, "max_temp_c": MaxTempC,
+                          "assumptions": AssumptionsOption}
+
+
+def with_space_scenario(command):
+    """``command`` with the options of SPACE_SCENARIO_OPTIONS in place of its parameter ``scenario`` (same place in
+    --help), which receives them as one dict of those keyword arguments."""
+    signature = inspect.signature(command, eval_str=True)  # typer reads annotations, not their strings
+    params = []
+    for param in signature.parameters.values():
+        if param.name != "scenario":
+            params.append(param)
+            continue
+        params += [inspect.Parameter(name, param.kind, default=None, annotation=option)
+                   for name, option in SPACE_SCENARIO_OPTIONS.items()]
+
+    @functools.wraps(command)
+    def with_options(**kwargs):
+        scenario = {name: kwargs.pop(name, None) for name in SPACE_SCENARIO_OPTIONS}
+        return command(scenario=scenario, **kwargs)
+
+    with_options.__signature__ = signature.replace(parameters=params)
+    with_options.__annotations__ = {p.name: p.annotation for p in params}
+    return with_options

@@ -9,36 +9,15 @@ from typing import Annotated
 import typer
 
 from deepstack import api, report
-from deepstack.cli.common import (
-    AmbientC,
-    AssumptionsOption,
-    JsonFlag,
-    MaxTempC,
-    PrefillChunkTokens,
-    SpaceBatch,
-    SpaceInputLen,
-    SpaceModel,
-    SpaceOutputLen,
-    SpacePhase,
-    SpacePrecision,
-    _bar,
-)
+from deepstack.cli.common import JsonFlag, SpaceOption, _bar, with_space_scenario
 
 
+@with_space_scenario
 def optimize(
     objective: Annotated[str, typer.Option(help="Comma-separated: stps, tokens_per_joule, utps, ttft.")] = (
         "stps,tokens_per_joule"),
-    model: SpaceModel = None,
-    phase: SpacePhase = None,
-    batch: SpaceBatch = None,
-    input_len: SpaceInputLen = None,
-    output_len: SpaceOutputLen = None,
-    precision: SpacePrecision = None,
-    prefill_chunk_tokens: PrefillChunkTokens = None,
-    ambient_c: AmbientC = None,
-    max_temp_c: MaxTempC = None,
-    assumptions: AssumptionsOption = None,
-    space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
+    scenario: dict | None = None,  # the scenario flags (with_space_scenario)
+    space: SpaceOption = None,
     size: Annotated[bool, typer.Option("--size", help="Print the space's raw size and exit.")] = False,
     sampler: Annotated[str, typer.Option(help="nsga2 (default) or tpe.")] = "nsga2",
     trials: Annotated[int, typer.Option(
@@ -80,13 +59,10 @@ def optimize(
         return
     # the bar only on a terminal: a transient bar on a pipe leaves a blank line before any error
     with report.progress_bar(f"study {study}", trials, enabled=not json_out and sys.stderr.isatty()) as advance:
-        result = api.run_optimize(objective=objective, model=model, phase=phase, batch=batch, input_len=input_len,
-                                  output_len=output_len, precision=precision, space=space, sampler=sampler,
-                                  trials=trials, study=study, storage=storage, seed=seed, workers=workers, out=out,
-                                  progress=advance, prefill_chunk_tokens=prefill_chunk_tokens,
-                                  ambient_c=ambient_c, max_temp_c=max_temp_c, batch_size=trials_per_batch,
-                                  until_stall=until_stall, log=None if json_out else _optimize_log, inner=inner,
-                                  refine=refine, assumptions=assumptions)
+        result = api.run_optimize(objective=objective, **scenario, space=space, sampler=sampler, trials=trials,
+                                  study=study, storage=storage, seed=seed, workers=workers, out=out,
+                                  progress=advance, batch_size=trials_per_batch, until_stall=until_stall,
+                                  log=None if json_out else _optimize_log, inner=inner, refine=refine)
     if json_out:
         report.print_json(result)
     else:
@@ -117,22 +93,14 @@ def _optimize_summary(result: dict) -> None:
               "run would")
 
 
+@with_space_scenario
 def sweep(
     mode: Annotated[str, typer.Option(help="hierarchical (paper §4.2.3) or exhaustive (small spaces).")] = (
         "hierarchical"),
     objective: Annotated[str, typer.Option(help="Objectives of the front; the first ranks the tiers.")] = (
         "stps,tokens_per_joule"),
-    model: SpaceModel = None,
-    phase: SpacePhase = None,
-    batch: SpaceBatch = None,
-    input_len: SpaceInputLen = None,
-    output_len: SpaceOutputLen = None,
-    precision: SpacePrecision = None,
-    prefill_chunk_tokens: PrefillChunkTokens = None,
-    ambient_c: AmbientC = None,
-    max_temp_c: MaxTempC = None,
-    assumptions: AssumptionsOption = None,
-    space: Annotated[str | None, typer.Option(help="Design space: default, small, paper, or a TOML file.")] = None,
+    scenario: dict | None = None,  # the scenario flags (with_space_scenario)
+    space: SpaceOption = None,
     workers: Annotated[int | None, typer.Option(help="Processes (local pool or LocalCluster; default up to 2).")] = (
         None),
     backend: Annotated[str, typer.Option(help="local (process pool) or dask.")] = "local",
@@ -147,11 +115,8 @@ def sweep(
     Example: deepstack sweep --mode exhaustive --space small --out studies/small-sweep
     """
     with _bar(f"{mode} sweep: hardware points", json_out) as advance:
-        result = api.run_sweep(mode=mode, objective=objective, model=model, phase=phase, batch=batch,
-                               input_len=input_len, output_len=output_len, precision=precision, space=space,
-                               workers=workers, out=out, backend=backend, scheduler=scheduler,
-                               prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
-                               max_temp_c=max_temp_c, assumptions=assumptions, progress=advance)
+        result = api.run_sweep(mode=mode, objective=objective, **scenario, space=space, workers=workers, out=out,
+                               backend=backend, scheduler=scheduler, progress=advance)
     if json_out:
         report.print_json(result)
         return

@@ -155,6 +155,19 @@ def evaluate_all(cells: list[Cell], workers: int, done=None) -> list[dict]:
     return [row for rows in executor.map_in_order(evaluate_cell, cells, workers, done) for row in rows]
 
 
+def evaluate_stacking_grid(ctx: StudyContext, square: bool, objectives: tuple[str, ...]
+                           ) -> tuple[str, str, list[tuple[int, int]], list[dict]]:
+    """One 3D chip and one NoC (parameters ``chip``, ``noc``) over the recipe's stacking grid (:func:`stacking_grid`),
+    every cell × regime with its best schedule per objective, evaluated on ``workers`` processes and written to
+    points.csv; returns the chip, the NoC, the grid's (m, n) pairs and the rows."""
+    chip, noc = ctx.path(ctx.param("chip", "standard")), ctx.param("noc", "tms1")
+    stackings = stacking_grid(ctx, square=square)
+    cells = cells_of(ctx, require_3d(ctx, [chip]), [noc], stackings, objectives)
+    rows = evaluate_all(cells, workers_of(ctx), ctx.planned(len(cells)))
+    ctx.write_csv("points.csv", rows)
+    return chip, noc, stackings, rows
+
+
 def evaluated_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["status"] == EVALUATED]
 

@@ -17,17 +17,13 @@ from deepstack.search.studies.cells import (
     AREA_PARTS,
     EVALUATED,
     NO_PE,
-    cells_of,
-    evaluate_all,
+    evaluate_stacking_grid,
     evaluated_rows,
     layer_values,
     noc_name,
     regime_label,
     regimes_of,
-    require_3d,
-    stacking_grid,
     status_note,
-    workers_of,
 )
 
 GBps = 1e9  # B/s per GB/s (the CSV's bandwidth unit)
@@ -134,12 +130,8 @@ def dram_layers(ctx: StudyContext) -> None:
 @runner("layers_e2e")
 def layers_e2e(ctx: StudyContext) -> None:
     """End-to-end STPS (best schedule per point) and the logic-die area breakdown as m = n grows."""
-    chip, noc = ctx.path(ctx.param("chip", "standard")), ctx.param("noc", "tms1")
     objective = ctx.param("objective", "stps")
-    stackings = stacking_grid(ctx, square=True)
-    cells = cells_of(ctx, require_3d(ctx, [chip]), [noc], stackings, (objective,))
-    rows = evaluate_all(cells, workers_of(ctx), ctx.planned(len(cells)))
-    ctx.write_csv("points.csv", rows)
+    chip, noc, stackings, rows = evaluate_stacking_grid(ctx, square=True, objectives=(objective,))
     regimes = regimes_of(ctx)
     layers = [m for m, _ in stackings]
 

@@ -9,16 +9,12 @@ from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.cells import (
     EVALUATED,
     NO_PE,
-    cells_of,
-    evaluate_all,
+    evaluate_stacking_grid,
     evaluated_rows,
     noc_name,
     regime_label,
     regimes_of,
-    require_3d,
-    stacking_grid,
     status_note,
-    workers_of,
 )
 
 OBJECTIVE_LABELS = {"stps": "throughput-optimal (STPS)", "tokens_per_joule": "energy-optimal (tokens/J)"}
@@ -55,12 +51,8 @@ def _cell_text(r: dict, key: str) -> str:
 @runner("stacking_heatmap")
 def stacking_heatmap(ctx: StudyContext) -> None:
     """Throughput- and energy-optimal designs over every (m, n ≤ m), with the winning schedule and W/mm²."""
-    chip, noc = ctx.path(ctx.param("chip", "standard")), ctx.param("noc", "tms1")
-    stackings = stacking_grid(ctx, square=False)
     objectives = ("stps", "tokens_per_joule")
-    cells = cells_of(ctx, require_3d(ctx, [chip]), [noc], stackings, objectives)
-    rows = evaluate_all(cells, workers_of(ctx), ctx.planned(len(cells)))
-    ctx.write_csv("points.csv", rows)
+    chip, noc, stackings, rows = evaluate_stacking_grid(ctx, square=False, objectives=objectives)
     ms = sorted({m for m, _ in stackings})
     ns = sorted({n for _, n in stackings})
     regimes = regimes_of(ctx)
