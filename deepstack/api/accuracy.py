@@ -144,13 +144,14 @@ def serving_accuracy(*, plot: str | None = None, reference: str | None = None, p
     return _with_plot(data, plot, lambda path: serving.plot(data, path))
 
 
-def cross_validation(progress=None) -> list[dict[str, Any]]:
-    """Every registered generalisation check (deepstack.accuracy.CROSS_VALIDATIONS), rows of plain data;
-    ``progress(done, total)`` after each check."""
+def cross_validation(progress=None, family: str | None = None) -> list[dict[str, Any]]:
+    """Every registered generalisation check (deepstack.accuracy.CROSS_VALIDATIONS), or those of one ``family``
+    (``serving``, ``kernels``), rows of plain data; ``progress(done, total)`` after each check."""
     from deepstack.accuracy import CROSS_VALIDATIONS
     from deepstack.accuracy.files import each
 
-    return [row for rows in each(lambda entry: entry[1](), CROSS_VALIDATIONS, progress) for row in rows]
+    checks = [entry for entry in CROSS_VALIDATIONS if family is None or entry[0].startswith(f"{family}:")]
+    return [row for rows in each(lambda entry: entry[1](), checks, progress) for row in rows]
 
 
 def _cross_validation_summary() -> list[dict[str, Any]]:

@@ -34,6 +34,9 @@ def accuracy_group(
 
 ReferenceOption = Annotated[str | None, typer.Option(
     "--reference", help="A CSV in the shipped file's format (validation/README.md) to check instead of it.")]
+CrossValidateFlag = Annotated[bool, typer.Option(
+    "--cross-validate", help="Print this check's generalisation table instead (its rows of `deepstack accuracy "
+    "cross-validate`: constants set on part of the shipped rows, scored on the held-out part).")]
 
 
 def _run_check(label: str, json_out: bool, check, **options):
@@ -144,6 +147,7 @@ def accuracy_paper(
 def accuracy_serving(
     plot: Annotated[str | None, typer.Option(help="Write a PNG of predicted vs measured throughput here.")] = None,
     reference: ReferenceOption = None,
+    cross_validate: CrossValidateFlag = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Compare the GPU serving model with measured vLLM decode and prefill on 8×B200 (validation/vllm_b200.csv):
@@ -152,6 +156,9 @@ def accuracy_serving(
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
+    if cross_validate:
+        _cross_validation_table("serving", json_out)
+        return
     result = _run_check("accuracy serving: reference rows", json_out, api.serving_accuracy, plot=plot,
                         reference=reference)
     if result is None:  # --json: printed
@@ -218,6 +225,7 @@ def accuracy_power(
 def accuracy_kernels(
     plot: Annotated[str | None, typer.Option(help="Write a PNG of predicted vs measured kernel time here.")] = None,
     reference: ReferenceOption = None,
+    cross_validate: CrossValidateFlag = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Compare the distributed-kernel model with measured Triton-distributed kernels on 8×H100
@@ -226,6 +234,9 @@ def accuracy_kernels(
 
     Example: deepstack accuracy kernels --plot kernels-accuracy.png
     """
+    if cross_validate:
+        _cross_validation_table("kernels", json_out)
+        return
     result = _run_check("accuracy kernels: reference rows", json_out, api.kernels_accuracy, plot=plot,
                         reference=reference)
     if result is None:  # --json: printed
@@ -249,7 +260,13 @@ def accuracy_cross_validate(json_out: JsonFlag = False) -> None:
 
     Example: deepstack accuracy cross-validate
     """
-    rows = _run_check("accuracy cross-validate: checks", json_out, api.cross_validation)
+    _cross_validation_table(None, json_out)
+
+
+def _cross_validation_table(family: str | None, json_out: bool) -> None:
+    """The generalisation rows of every check, or of one family (``serving``, ``kernels``), as a table or JSON."""
+    label = f"accuracy {family} --cross-validate" if family else "accuracy cross-validate"
+    rows = _run_check(f"{label}: checks", json_out, api.cross_validation, family=family)
     if rows is None:  # --json: printed
         return
     report.table("cross-validation: calibrated on one part, scored on the held-out part (MAPE %)", rows)
