@@ -250,10 +250,10 @@ def test_dgx_tp8_embedding_all_reduce_golden(dgx_tp8):
     # carries one flow per step of S/2, S/4, S/8 (RS) and back (AG):
     #   8,192 B = 32 packets → 8,704 B; 4,096 → 4,352 B; 2,048 → 2,176 B; twice: 30,464 B / 450 GB/s = 67.70 ns
     #   → 3.0677 µs (ring would pay 14 · 500 ns = 7 µs of latency). That is the network model's algorithm; on a
-    # real GPU (dgx-h100's gpu table) vLLM's custom all-reduce runs it instead, which pays a measured 10.1 µs
-    # floor (sglang#2904) plus 34.9 µs/MiB: 10.1 + 16,384 / 2^20 · 34.9 = 10.6453 µs
+    # real GPU (dgx-h100's gpu table) vLLM's custom all-reduce runs it instead (and the report names it), which
+    # pays a measured 10.1 µs floor (sglang#2904) plus 34.9 µs/MiB: 10.1 + 16,384 / 2^20 · 34.9 = 10.6453 µs
     (row,) = [op for op in dgx_tp8["breakdown"]["operators"] if op["name"] == "embedding_allreduce"]
-    assert row["config"] == "all_reduce halving_doubling, 1×8 ranks"
+    assert row["config"] == "all_reduce custom, 1×8 ranks"
     assert row["time_s"] == pytest.approx(10.1e-6 + 16384 / 2**20 * 34.9e-6)
 
 
