@@ -6,9 +6,9 @@ add up to N's. The pruning rules of the paper (§4.2.3) and the divisibility rul
 natively (domains, implications, pairwise products); :func:`enumerate_schedules` lists every solution and is
 cross-checked in the tests against the plain enumeration of :mod:`deepstack.models.parallel`.
 
-Hardware: the area budget is linear over the choices (element lookups of precomputed component areas from
-:mod:`deepstack.models.hardware.area`: one PE + L2 + DRAM interface of the n connected layers + NoC at the chosen link
-bandwidths must fit, so at least one PE fits), m ≤ 10 (§4.2.3), n ≤ m, and memory fit as a table of the
+Hardware: the area budget as a table of the area-feasible (chip, SRAM, n, NoC, bandwidth) tuples (component areas
+from :mod:`deepstack.models.hardware.area`: one PE + L2 + DRAM interface of the n connected layers + NoC at the chosen
+link bandwidths must fit, so at least one PE fits), m ≤ 10 (§4.2.3), n ≤ m, and memory fit as a table of the
 strategies that fit each DRAM capacity (the tables: :mod:`deepstack.search.feasibility_tables`).
 :meth:`Feasibility.repair` returns the feasible point nearest to a proposal (Optuna's), so no evaluation is spent
 on an infeasible point.
