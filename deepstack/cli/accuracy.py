@@ -156,12 +156,9 @@ def accuracy_serving(
 
     Example: deepstack accuracy serving --plot serving-accuracy.png
     """
-    if cross_validate:
-        _cross_validation_table("serving", json_out)
-        return
-    result = _run_check("accuracy serving: reference rows", json_out, api.serving_accuracy, plot=plot,
-                        reference=reference)
-    if result is None:  # --json: printed
+    result = _run_or_cross_validate("serving", cross_validate, json_out, api.serving_accuracy, plot=plot,
+                                    reference=reference)
+    if result is None:  # --json or --cross-validate: printed
         return
     constants = "; ".join(f"{system}: host_step_us {c['host_step_us']:g}, eager_op_us {c['eager_op_us']:g}"
                           for system, c in result["constants"].items())
@@ -234,12 +231,9 @@ def accuracy_kernels(
 
     Example: deepstack accuracy kernels --plot kernels-accuracy.png
     """
-    if cross_validate:
-        _cross_validation_table("kernels", json_out)
-        return
-    result = _run_check("accuracy kernels: reference rows", json_out, api.kernels_accuracy, plot=plot,
-                        reference=reference)
-    if result is None:  # --json: printed
+    result = _run_or_cross_validate("kernels", cross_validate, json_out, api.kernels_accuracy, plot=plot,
+                                    reference=reference)
+    if result is None:  # --json or --cross-validate: printed
         return
     report.console.print(f"reference {result['reference']}: {result['rows_total']} rows on {result['system']}; "
                          "weighted = Σ|model − ref| / Σ ref, MAPE = mean |model − ref| / ref",
@@ -261,6 +255,15 @@ def accuracy_cross_validate(json_out: JsonFlag = False) -> None:
     Example: deepstack accuracy cross-validate
     """
     _cross_validation_table(None, json_out)
+
+
+def _run_or_cross_validate(family: str, cross_validate: bool, json_out: bool, check, **options):
+    """The check's result for its command's text report; None once printed (--json, or with --cross-validate the
+    family's generalisation table instead of the check)."""
+    if cross_validate:
+        _cross_validation_table(family, json_out)
+        return None
+    return _run_check(f"accuracy {family}: reference rows", json_out, check, **options)
 
 
 def _cross_validation_table(family: str | None, json_out: bool) -> None:
