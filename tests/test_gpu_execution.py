@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from deepstack.catalog import load
-from deepstack.models.gpu.collectives import allreduce_time_s
+from deepstack.models.gpu.collectives import allreduce
 from deepstack.models.gpu.host import TRITON_LAUNCH_S, host_rows, uses_graphs
 from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.schema import Scenario, Schedule
@@ -16,18 +16,18 @@ B200_NETWORK = load("systems", "dgx-b200").network
 
 def test_custom_allreduce_is_floor_plus_time_per_mib():
     # Llama-3.3-70B, batch 1: 8192 × 2 B = 16 KiB → 10.1 µs + 1/64 MiB × 17.5 µs/MiB = 10.373 µs
-    assert allreduce_time_s(B200, 16384, 8, B200_NETWORK) == pytest.approx(10.1e-6 + 17.5e-6 / 64)
+    assert allreduce(B200, 16384, 8, B200_NETWORK) == ("custom", pytest.approx(10.1e-6 + 17.5e-6 / 64))
 
 
 def test_allreduce_above_the_custom_limit_goes_to_nccl():
     # 8 MiB > 1 MiB: NCCL's ring on the NVSwitch, each GPU's link carrying 2·7/8·8 MiB of payload at
     # 0.82 × 900 GB/s: 10.1 µs + 19.894 µs
     size = 8 * 1024 * 1024
-    assert allreduce_time_s(B200, size, 8, B200_NETWORK) == pytest.approx(10.1e-6 + 1.75 * size / (0.82 * 900e9))
+    assert allreduce(B200, size, 8, B200_NETWORK) == ("ring", pytest.approx(10.1e-6 + 1.75 * size / (0.82 * 900e9)))
 
 
 def test_no_allreduce_on_one_rank():
-    assert allreduce_time_s(B200, 1e6, 1, B200_NETWORK) == 0.0
+    assert allreduce(B200, 1e6, 1, B200_NETWORK) == ("none", 0.0)
 
 
 def test_kernel_counts_per_step():
@@ -160,7 +160,7 @@ def test_nccl_on_a_fully_connected_platform_uses_every_peer_link():
     size = 16 * 1024 * 1024
     expected = 7.2e-6 + 2 * (size / 8) / (0.82 * 64e9)
     assert expected == pytest.approx(7.2e-6 + 1.75 * size / (0.82 * 7 * 64e9))
-    assert allreduce_time_s(mi8.architecture.gpu, size, 8, mi8.network) == pytest.approx(expected)
+    assert allreduce(mi8.architecture.gpu, size, 8, mi8.network) == ("two_shot", pytest.approx(expected))
     # a pair has one link between them: 7.2 µs + 2 × 8 MiB / (0.82 × 64 GB/s)
-    assert allreduce_time_s(mi8.architecture.gpu, size, 2, mi8.network) == pytest.approx(
+    assert allreduce(mi8.architecture.gpu, size, 2, mi8.network)[1] == pytest.approx(
         7.2e-6 + 2 * (size / 2) / (0.82 * 64e9))

@@ -25,14 +25,14 @@ from __future__ import annotations
 import dataclasses
 
 from deepstack.models import memo
-from deepstack.models.gpu.collectives import allreduce_algorithm, allreduce_time_s
+from deepstack.models.gpu.collectives import allreduce
 from deepstack.models.gpu.efficiency import at_least_achievable
 from deepstack.models.gpu.host import fixed_row, fixed_timing, host_rows, uses_graphs
 from deepstack.models.gpu.kernels import step_kernels
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.pipeline.rows import CommRow, OpRow, PhaseResult
 
-__all__ = ["allreduce_time_s", "fixed_row", "gpu_phase", "uses_graphs", "vllm_expert_parallel"]
+__all__ = ["allreduce", "fixed_row", "gpu_phase", "uses_graphs", "vllm_expert_parallel"]
 
 _GPU_PHASES = memo.Table("gpu phases", 4096, lru=True)  # (phase, design point, scenario) → PhaseResult
 
@@ -95,9 +95,8 @@ def _gpu_collective(gpu, result, network):
     NCCL's algorithm); other collectives keep the network model's time."""
     if result.op != "all_reduce" or result.group_size <= 1:
         return result
-    time_s = allreduce_time_s(gpu, result.bytes_per_rank, result.group_size, network)
+    algorithm, time_s = allreduce(gpu, result.bytes_per_rank, result.group_size, network)
     floor_s = min(time_s, gpu.allreduce_floor_us * 1e-6)
-    algorithm = allreduce_algorithm(gpu, result.bytes_per_rank, network)
     return dataclasses.replace(result, algorithm=algorithm, time_s=time_s, latency_s=floor_s,
                                congestion_s=time_s - floor_s, overhead_s=0.0, candidates=((algorithm, time_s),))
 

@@ -10,7 +10,7 @@ practice (:func:`achievable_topology`); the per-system figures live in the syste
 * **Fixed cost**: one kernel launch plus one cross-GPU flag exchange, ``gpu.allreduce_floor_us`` (sglang#2904:
   vLLM's custom all-reduce at TP8 on H100 takes 10.1 µs at 512 B), paid once by a serving all-reduce and once
   per copy/signal step or launch by a distributed kernel.
-* **vLLM's tensor-parallel all-reduce** (:func:`allreduce_time_s`): up to a size limit per GPU architecture and
+* **vLLM's tensor-parallel all-reduce** (:func:`allreduce`): up to a size limit per GPU architecture and
   group size (vllm/distributed/device_communicators/all_reduce_utils.py, ``CUSTOM_ALL_REDUCE_MAX_SIZES``: 256 KiB
   on sm90 at TP8, 1 MiB on sm100) vLLM's custom kernel, whose time is its measured curve: the floor plus a time
   per MiB (sglang#2904: 24.1 µs at 256 KiB, 45.0 µs at 1 MiB) — SM loads paced by flag barriers, not by the
@@ -51,22 +51,16 @@ def achievable_topology(network, efficiency: float, share: float = 1.0) -> Netwo
     return dataclasses.replace(topology, levels=(derated, *outer))
 
 
-def allreduce_algorithm(gpu: GpuExecution, bytes_per_rank: float, network) -> str:
-    """What vLLM's all-reduce of ``bytes_per_rank`` runs: its custom kernel (``custom``) up to the size limit,
-    above it NCCL's algorithm on the server's fabric."""
-    if bytes_per_rank <= gpu.custom_allreduce_max_MiB * MiB:
-        return "custom"
-    return NCCL_ALGORITHM.get(as_topology(network).levels[0].topology, NCCL_DEFAULT_ALGORITHM)
-
-
-def allreduce_time_s(gpu: GpuExecution, bytes_per_rank: float, ranks: int, network) -> float:
-    """Time of one vLLM all-reduce of ``bytes_per_rank`` over GPUs 0…ranks−1 of the server's ``network``."""
+def allreduce(gpu: GpuExecution, bytes_per_rank: float, ranks: int, network) -> tuple[str, float]:
+    """One vLLM all-reduce of ``bytes_per_rank`` over GPUs 0…ranks−1 of the server's ``network``: what runs it
+    (``custom``: vLLM's custom kernel, up to its size limit; above it NCCL's algorithm on the fabric; ``none``
+    when nothing moves) and its time, s."""
     if ranks <= 1 or bytes_per_rank <= 0:
-        return 0.0
+        return "none", 0.0
     floor_s = gpu.allreduce_floor_us * 1e-6
-    algorithm = allreduce_algorithm(gpu, bytes_per_rank, network)
-    if algorithm == "custom":
-        return floor_s + bytes_per_rank / MiB * gpu.allreduce_us_per_MiB * 1e-6
+    if bytes_per_rank <= gpu.custom_allreduce_max_MiB * MiB:
+        return "custom", floor_s + bytes_per_rank / MiB * gpu.allreduce_us_per_MiB * 1e-6
     topology = achievable_topology(network, gpu.nccl_bus_efficiency)
-    return floor_s + collective_time("all_reduce", bytes_per_rank, tuple(range(ranks)), topology,
-                                     algorithm=algorithm).congestion_s
+    algorithm = NCCL_ALGORITHM.get(topology.levels[0].topology, NCCL_DEFAULT_ALGORITHM)
+    return algorithm, floor_s + collective_time("all_reduce", bytes_per_rank, tuple(range(ranks)), topology,
+                                                algorithm=algorithm).congestion_s
