@@ -165,12 +165,12 @@ def gemm_time(g: Gemm, dev: DeviceSpec, tile: Tile | None) -> GemmTime:
     return GemmTime(float(found.time_s[i]), int(found.waves[i]), int(found.tiles[i]), config, compute_s)
 
 
-def stream_time_s(name: str, read_B: float, write_B: float, dev: DeviceSpec, hbm_Bps: float | None = None) -> float:
+def stream_time_s(name: str, read_B: float, write_B: float, dev: DeviceSpec, hbm_Bps: float) -> float:
     """An element-wise pass over HBM (a reduction or a local copy) on every SM of the device, at least its bytes at
     the HBM bandwidth a streaming kernel achieves (``hbm_Bps``; the system's ``gpu.hbm_efficiency`` × peak)."""
     time_s = time_vector(Vector(name, elements=(read_B + write_B) / 4, read_bytes=read_B, write_bytes=write_B), dev
                          ).time_s
-    return max(time_s, (read_B + write_B) / hbm_Bps) if hbm_Bps else time_s
+    return max(time_s, (read_B + write_B) / hbm_Bps)
 
 
 def transfer(op: str, bytes_per_rank: float, ranks: int, network, algorithm: str, constants: KernelConstants,

@@ -73,7 +73,7 @@ class Context:
     comm_sms: int
     constants: KernelConstants  # with the system's figures filled in (KernelConstants.on)
     gpu: GpuExecution  # the system's GPU figures (fabric efficiency, launch-and-flag latency)
-    hbm_Bps: float | None = None  # HBM bandwidth a streaming kernel achieves (None: the DRAM model's own)
+    hbm_Bps: float  # HBM bandwidth a streaming kernel achieves (the system's gpu.hbm_efficiency × peak)
 
     @property
     def elem_B(self) -> float:
@@ -176,7 +176,7 @@ def moe_gemm_ar(shape: dict, ctx: Context) -> KernelTime:
     expanded_B = t * kk * h * e
     hbm_B = (ex * k_shard * h * e + MOE_N_CHUNKS * t * kk * k_shard * e + 2 * expanded_B
              + (2 + p) * t * h * e)
-    hbm_s = hbm_B / ctx.hbm_Bps if ctx.hbm_Bps else stream_time_s("moe_hbm", hbm_B, 0.0, ctx.dev)
+    hbm_s = hbm_B / ctx.hbm_Bps
     comm = transfer("all_to_all", p * t * h * e, p, ctx.network, "direct", ctx.constants, ctx.gpu, sm_issued=True)
     pipe_s = _pipelined(compute_s + hbm_s, MOE_N_CHUNKS, comm)
     parts = (("launches", ctx.launches_s("moe-gemm-ar")), ("gemm+reduce+all-reduce (eq. 5)", pipe_s),
