@@ -89,15 +89,20 @@ def _pipelined(gemm_s: float, chunks: int, comm) -> float:
     return float(overlap_time_s(chunks, gemm_s, comm.time_s - comm.latency_s, comm.latency_s))
 
 
+def _gemm(name: str, m: int, n: int, k: int, ctx: Context):
+    """The kernel's GEMM (A, B and C in the kernel's dtype, B a weight) on the SMs communication leaves."""
+    e = ctx.elem_B
+    dev = compute_device(ctx.dev, ctx.comm_sms, ctx.constants, ctx.dtype)
+    return gemm_time(Gemm(name, m, n, k, a_bytes=e, b_bytes=e, c_bytes=e, weight=True), dev, ctx.tile)
+
+
 def ag_gemm(shape: dict, ctx: Context) -> KernelTime:
     """All-gather + GEMM: A (M × K, M gathered over p GPUs) times the local B (K × N, N per GPU). The copy engine
     pulls the p − 1 remote shards one peer after another (``cp_engine_producer_all_gather_full_mesh_pull``: no SM
     taken), the persistent GEMM starts on the own shard and waits on each shard's ready flag."""
     m, n, k, p = shape["m"], shape["n"], shape["k"], ctx.devices
-    e = ctx.elem_B
-    dev = compute_device(ctx.dev, ctx.comm_sms, ctx.constants, ctx.dtype)
-    g = gemm_time(Gemm("ag_gemm", m, n, k, a_bytes=e, b_bytes=e, c_bytes=e, weight=True), dev, ctx.tile)
-    shard_B = m / p * k * e
+    g = _gemm("ag_gemm", m, n, k, ctx)
+    shard_B = m / p * k * ctx.elem_B
     # p−1 pulls of a shard
     comm = transfer("all_to_all", shard_B * p, p, ctx.network, "pairwise", ctx.constants, ctx.gpu)
     local_s = stream_time_s("ag_local_copy", shard_B, shard_B, ctx.dev, ctx.hbm_Bps)
@@ -114,10 +119,8 @@ def gemm_rs(shape: dict, ctx: Context) -> KernelTime:
     pushes it to its owner (``intra_node_scatter``: p copies, one local; no SM taken intra-node); after a
     barrier a ring-reduce kernel sums the p partial chunks in HBM."""
     m, n, k, p = shape["m"], shape["n"], shape["k"], ctx.devices
-    e = ctx.elem_B
-    dev = compute_device(ctx.dev, ctx.comm_sms, ctx.constants, ctx.dtype)
-    g = gemm_time(Gemm("gemm_rs", m, n, k, a_bytes=e, b_bytes=e, c_bytes=e, weight=True), dev, ctx.tile)
-    chunk_B = m / p * n * e
+    g = _gemm("gemm_rs", m, n, k, ctx)
+    chunk_B = m / p * n * ctx.elem_B
     comm = transfer("all_to_all", chunk_B * p, p, ctx.network, "pairwise", ctx.constants, ctx.gpu)
     local_s = stream_time_s("rs_local_copy", chunk_B, chunk_B, ctx.dev, ctx.hbm_Bps)  # own chunk, in HBM
     pipe_s = _pipelined(g.time_s, p, comm) + local_s
@@ -213,11 +216,8 @@ def ulysses(shape: dict, ctx: Context) -> KernelTime:
     b, s, nh, hd, out, sp = (shape[name] for name in ("batch", "seq", "heads", "head_dim", "out_features", "sp"))
     if s % sp or nh % sp:
         raise ValueError(f"seq ({s}) and heads ({nh}) must be multiples of sp ({sp})")
-    e = ctx.elem_B
-    dev = compute_device(ctx.dev, ctx.comm_sms, ctx.constants, ctx.dtype)
-    g = gemm_time(Gemm("ulysses_out_proj", b * s // sp, out, nh * hd, a_bytes=e, b_bytes=e, c_bytes=e,
-                       weight=True), dev, ctx.tile)
-    send_B = b * s * nh * hd * e / sp
+    g = _gemm("ulysses_out_proj", b * s // sp, out, nh * hd, ctx)
+    send_B = b * s * nh * hd * ctx.elem_B / sp
     comm = transfer("all_to_all", send_B, sp, ctx.network, "direct", ctx.constants, ctx.gpu, sm_issued=True)
     pipe_s = _pipelined(g.time_s, sp, comm)
     parts = (("launches", ctx.launches_s("ulysses")), ("gemm+all-to-all (eq. 5)", pipe_s),
