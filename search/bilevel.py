@@ -174,8 +174,10 @@ def _steps(options: list, value) -> list:
 
 
 def neighbours(problem, hw: HardwarePoint) -> list[HardwarePoint]:
-    """The hardware points one move from ``hw``: another chip, NoC or SRAM option, or one step of m, n, the hop
-    latency or one level's bandwidth (the refinement's neighbourhood; the caller repairs them)."""
+    """The hardware points one move from ``hw``: another chip, NoC or SRAM option, one step of m, n or the hop
+    latency, or any other bandwidth of one level (the refinement's neighbourhood; the caller repairs them). A
+    level's bandwidth may jump because its best value is not where its neighbours are: the area a cheaper level
+    frees buys PEs or another level's bandwidth, so the optimum is often at the far end of one level's range."""
     from deepstack.search.ask_tell import _noc_levels
 
     f, space = problem.feasibility, problem.space.hardware
@@ -193,7 +195,7 @@ def neighbours(problem, hw: HardwarePoint) -> list[HardwarePoint]:
             out += [replace(hw, connected_layers=n) for n in _steps(ns, hw.connected_layers)]
     out += [replace(hw, hop_latency_scale=h) for h in _steps(list(space.hop_latency_scale), hw.hop_latency_scale)]
     for level, bw in enumerate(hw.level_bw_scales):
-        for step in _steps(list(space.level_bw_scale), bw):
+        for step in (v for v in space.level_bw_scale if v != bw):
             bws = list(hw.level_bw_scales)
             bws[level] = step
             out.append(replace(hw, level_bw_scales=tuple(bws)))
