@@ -131,16 +131,20 @@ def time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int, 
             continue
         rows, cols = gemm_wave_blocks(active, row_blocks, col_blocks, g.groups, raster)
         b_B = 0.0 if b_resident else cols * k_len * tn * g.b_bytes
-        a_B = 0.0 if a_resident else rows * tm * k_len * g.a_bytes
-        c_B = 0.0 if c_resident else active * tm * tn * g.c_bytes
+        # masked loads and stores: a tile moves its real rows of A and C, not its padded ones
+        real_rows = g.m / row_blocks
+        a_B = 0.0 if a_resident else rows * real_rows * k_len * g.a_bytes
+        c_B = 0.0 if c_resident else active * real_rows * tn * g.c_bytes
         wave_B = a_B + b_B + c_B
         bank_s = 0.0
         if b_B > 0:
             window = int(min(window_steps, k_steps) * tk * tn * g.b_bytes)
             window_s, _ = weight_window_time_s(dev.dram, cols, int(k_len * tn * g.b_bytes), window, swizzle)
             bank_s = window_s * math.ceil(k_steps / window_steps)
-        if a_B + c_B > 0:
-            bank_s += stream_time_s(dev.dram, a_B + c_B, min(g.k * g.a_bytes, dev.dram.row_B))
+        bank_s += stream_time_s(dev.dram, a_B, min(g.k * g.a_bytes, dev.dram.row_B))
+        # an output tile: real_rows runs of tn elements, or one run when it spans whole output rows
+        c_run = real_rows * g.n if tn >= g.n else tn
+        bank_s += stream_time_s(dev.dram, c_B, min(c_run * g.c_bytes, dev.dram.row_B))
         in_flight = active * window_steps * ((0 if b_resident else tk * tn * g.b_bytes)
                                              + (0 if a_resident else tm * tk * g.a_bytes))
         dram_s = dram_time_s(dev, wave_B, in_flight, active, bank_s)

@@ -8,6 +8,9 @@ HBM2 timing), so sustained figures are scaled by 1 − 260/3900 = 0.9333 (servic
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -183,3 +186,33 @@ def test_stream_time_matches_the_curve_for_large_tensors():
     assert dram.stream_time_s(DIRECT, total, ROW_B) == pytest.approx(total / dram.curve_bw_Bps(DIRECT, ROW_B))
     # and never faster than the peak, also interleaved
     assert dram.stream_time_s(INTERLEAVED, total, ROW_B) >= total / PEAK_Bps
+
+
+def _one_tiling(g: Gemm, dev, tm: int, tn: int, tk: int):
+    from deepstack.models.compute.gemm import time_tilings
+
+    one = {"gemm": [0], "tm": [tm], "tn": [tn], "tk": [tk], "stages": [3], "split": [1], "grouped": [0]}
+    return time_tilings([g], dev, True, {k: np.array(v, dtype=np.int64) for k, v in one.items()})[0]
+
+
+def test_a_decode_gemm_moves_only_its_real_rows():
+    """Masked loads and stores: 4 tokens in 16-row tiles read 4 rows of activations and write 4 output rows.
+    With no L2 to hold them (l2_B = 0), a one-wave GEMM of 4 × 1024 × 4096 in 16 × 128 tiles on the standard
+    chip's 8 PEs (8 column blocks, one wave) moves exactly its 4096 · 1024 · 2 B of weights, 4 · 4096 · 2 B of A
+    and 4 · 1024 · 2 B of C: 8,429,568 B, not the 16-row padding's 8,552,448 B."""
+    dev = dataclasses.replace(_device(), l2_B=0.0)
+    assert dev.pes == 8
+    timed = _one_tiling(Gemm("decode", 4, 1024, 4096), dev, 16, 128, 64)
+    assert float(timed.dram_B[0]) == 4096 * 1024 * 2 + 4 * 4096 * 2 + 4 * 1024 * 2 == 8_429_568
+
+
+def test_row_major_transactions_of_narrow_shards():
+    """Row-major [N, K] weights: a tile access reads tk weights of each of its tn rows (128 B at tk = 128 of
+    FP8), but a tile spanning whole rows reads its tn adjacent rows in one run: an expert's 8-column slice at
+    TP 256 in 256-row tiles is 256 · 8 = 2,048 B per access, not 8 B; split-K cuts the rows again."""
+    from deepstack.models.compute.gemm import row_major_transaction_B
+
+    assert row_major_transaction_B(np.array(32), np.array(128), np.array(7168), np.array(1), 1.0) == 128
+    assert row_major_transaction_B(np.array(256), np.array(16), np.array(8), np.array(1), 1.0) == 2048
+    assert row_major_transaction_B(np.array(256), np.array(16), np.array(8), np.array(2), 1.0) == 8
+    assert row_major_transaction_B(np.array(64), np.array(128), np.array(128), np.array(1), 2.0) == 64 * 128 * 2

@@ -89,17 +89,23 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     waves = ceil_div(tiles, dev.pes)
     window_steps = stages - 1
     k_steps = ceil_div(k_len, tk)
-    segment = np.minimum(k * a_bytes, dev.dram.row_B)
+    # masked loads and stores move a tile's real rows only: a decode GEMM of 4 tokens in 16-row tiles reads
+    # and writes 4 rows of activations, not 16 (the padding exists in the PE's buffers, not in DRAM)
+    real_rows = m / row_blocks
+    a_segment = np.minimum(k * a_bytes, dev.dram.row_B)  # an activation row of K elements
+    # an output tile is real_rows runs of tn elements, or one run when it spans whole output rows
+    c_segment = np.minimum(np.where(tn >= n, real_rows * n, tn) * c_bytes, dev.dram.row_B)
     streamed = ~b_res
 
     def traffic(active) -> WaveTraffic:
         rows, cols = _wave_blocks(active, row_blocks, col_blocks, groups, grouped)
         b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
-        a_B = np.where(a_res, 0.0, rows * tm * k_len * a_bytes)
-        c_B = np.where(c_res, 0.0, active * tm * tn * c_bytes)
+        a_B = np.where(a_res, 0.0, rows * real_rows * k_len * a_bytes)
+        c_B = np.where(c_res, 0.0, active * real_rows * tn * c_bytes)
         bank_s = np.zeros(rows_n)
-        if dev.dram.weight_layout == "row_major":  # every tile access reads tk contiguous weights per row
-            bank_s = np.where(streamed, dram_model.stream_time_s(dev.dram, b_B, tk * b_bytes), 0.0)
+        if dev.dram.weight_layout == "row_major":  # a tile access is one run per weight row, or one for all
+            bank_s = np.where(streamed, dram_model.stream_time_s(
+                dev.dram, b_B, row_major_transaction_B(tn, tk, k, split, b_bytes)), 0.0)
         elif streamed.any():
             window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
             stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
@@ -112,7 +118,8 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
             window_s = dram_model.window_service_times_s(dev.dram, cols[streamed][first], stride[first],
                                                          window[first], swizzle)[which.ravel()]
             bank_s[streamed] = window_s * ceil_div(k_steps[streamed], window_steps[streamed])
-        bank_s = bank_s + dram_model.stream_time_s(dev.dram, a_B + c_B, segment)
+        bank_s = (bank_s + dram_model.stream_time_s(dev.dram, a_B, a_segment)
+                  + dram_model.stream_time_s(dev.dram, c_B, c_segment))
         in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
                                              + np.where(a_res, 0.0, tm * tk * a_bytes))
         return WaveTraffic(a_B + b_B + c_B, in_flight, bank_s, active * l2_tile, np.where(streamed, b_B, 0.0))
@@ -165,9 +172,18 @@ def record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTim
     return found
 
 
+def row_major_transaction_B(tn, tk, k, split, b_bytes):
+    """Contiguous bytes of one weight-tile access when a device stores its [N, K] weight shard row-major: tk
+    weights of each of the tile's tn rows; but a tile spanning whole rows (tk ≥ K, no split-K) reads tn adjacent
+    rows, one run of tn·K weights (a narrow shard, e.g. an expert's 8-column slice at TP 256, is not read
+    8 bytes at a time). Elementwise over numpy arrays."""
+    whole_rows = (tk >= k) & (split == 1)
+    return np.where(whole_rows, tn * k, np.minimum(tk, k)) * b_bytes
+
+
 def _extra_rows(dev: DeviceSpec, weight_B: float, transaction_B: float) -> float:
-    """Row activations beyond a full-row stream's one per row: row-major weights read tile-K contiguous bytes per
-    access, each opening its row (the energy side of the transaction curve; tiled weights open none extra)."""
+    """Row activations beyond a full-row stream's one per row: row-major weights read ``transaction_B`` contiguous
+    bytes per access, each opening its row (the energy side of the transaction curve; tiled weights open none extra)."""
     if dev.dram.weight_layout != "row_major" or weight_B <= 0:
         return 0.0
     row = dev.dram.row_B
@@ -185,7 +201,8 @@ def _make_record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) ->
         matrix_flops=g.flops, vector_flops=g.groups * g.m * g.n * g.epilogue_vector_flops,
         sfu_ops=g.groups * g.m * g.n * g.epilogue_sfu_ops, dram_B=dram_B, l2_B=tiles * float(c.l2_tile_B[i]),
         l1_B=tiles * float(c.l1_fill_B[i] + c.l1_read_B[i]), l0_B=tiles * float(c.l1_read_B[i]),
-        dram_extra_rows=_extra_rows(dev, float(c.weight_B[i]), int(c.tk[i]) * g.b_bytes),
+        dram_extra_rows=_extra_rows(dev, float(c.weight_B[i]), float(row_major_transaction_B(
+            c.tn[i], c.tk[i], g.k, c.split[i], g.b_bytes))),
         waves=int(c.waves[i]),
         config=f"tile {c.tm[i]}x{c.tn[i]}x{c.tk[i]}, {c.stages[i]} stages, split-K {c.split[i]}, "
                f"{'grouped' if c.grouped[i] else 'row'} raster" + ("" if swizzle else ", unswizzled"),
