@@ -49,6 +49,15 @@ def _row_major(chip: ChipArchitecture) -> ChipArchitecture:
     return chip.model_copy(update={"device": chip.device.model_copy(update={"weight_layout": "row_major"})})
 
 
+def reads_all_local_experts(scenario: Scenario) -> bool:
+    """Under the paper set a device's MoE step streams the weights of every expert it holds: routing (the
+    recorded trace, paper §4.2.1) sets how many tokens each expert and device gets and what the all-to-all moves,
+    not which weights are read. By default only the experts the step's tokens are expected to activate are read
+    (a grouped GEMM skips experts without tokens). The two differ only where some local experts get no token:
+    small-batch decode (at batch 1,024 every expert of DeepSeek-V3 is active)."""
+    return uses(scenario, "all_local_experts")
+
+
 def junction_ambient_c(scenario: Scenario, chip_ambient_c: float) -> float:
     """The ambient of the temperature a design is judged by. The paper's DVFS rule is anchored at its thermal fit
     (P_dyn(m) = TDP·R(4)/R(m) − P_static, independent of the coolant), while its artifact judges the junction at

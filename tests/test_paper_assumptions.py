@@ -346,3 +346,23 @@ def test_r14_groups_follow_from_r13s_choices():
     assert verdict(9, 9, 7, 4) == "fails"  # ours under the paper set: decode b1024 as deep as decode b4
     assert verdict(9, 7, 7, 7) == "fails"  # large-batch prefill not the shallowest
     assert verdict(9, 7, None, 2) == "fails"
+
+
+def _expert_groups(batch: int, assumptions: str) -> int:
+    from deepstack.models.compute.workload import build_workload
+
+    sc = Scenario(model="deepseek-v3", phase="decode", batch=batch, assumptions=assumptions)
+    s = Schedule.parse("tp=16,ep=16")
+    layers = build_workload(catalog.load("llms", "deepseek-v3"), sc, s.attention, s.ffn, 1)
+    moe = next(layer for layer in layers if layer.kind == "moe")
+    return next(op for op in moe.ops if op.name == "expert_gate_up").groups
+
+
+def test_paper_reads_every_local_expert():
+    # tp16·ep16 on 256 devices: 256 / 16 = 16 experts per device. Four requests route 32 token-slots, so a
+    # device expects about two of its 16 experts to be active: the default reads those, the paper set all 16
+    assert _expert_groups(4, "paper") == 16
+    assert _expert_groups(4, "default") < 16
+    assert _expert_groups(4, "paper-without-all_local_experts") == _expert_groups(4, "default")
+    # at batch 1,024 every expert is active: the two sets read the same weights
+    assert _expert_groups(1024, "paper") == _expert_groups(1024, "default") == 16

@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 from deepstack.models import memo
+from deepstack.models.assumptions import reads_all_local_experts
 from deepstack.models.compute.operators import (
     RMSNORM_FLOPS_PER_ELEMENT,
     ROPE_FLOPS_PER_ELEMENT,
@@ -255,9 +256,11 @@ def _mla_core(t: int, r: int, q_len: int, kv_len: int, q_span: int | None, phase
 
 @memo.cached(maxsize=16384)
 def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: bool,
-             group_tokens: int | None = None, shared_on: tuple[int, int] | None = None) -> tuple[Op, ...]:
+             group_tokens: int | None = None, shared_on: tuple[int, int] | None = None,
+             all_local: bool = False) -> tuple[Op, ...]:
     """The FFN (dense or MoE) of one layer for ``t`` tokens; ``group_tokens``: the distinct tokens the EP group
-    routes (default ``t`` × EP); ``shared_on``: the (TP, tokens) the shared experts run with (default the FFN's)."""
+    routes (default ``t`` × EP); ``shared_on``: the (TP, tokens) the shared experts run with (default the FFN's);
+    ``all_local``: every local expert's weights are read, not only the expected active ones' (the paper set)."""
     d = model.hidden
     tp = ffn.tp
     ops: list[Op] = [Vector("ffn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
@@ -281,7 +284,7 @@ def _ffn_ops(model: LLM, t: int, ffn: ModuleParallel, a: float, w: float, moe: b
     slots = math.ceil(mean_slots * moe_load_imbalance(mean_slots, ep))
     active = max(1.0, expected_active_experts(experts, m.top_k, group_tokens, m.hot_expert_load)
                  * local_experts / experts)
-    groups = max(1, min(local_experts, round(active)))
+    groups = local_experts if all_local else max(1, min(local_experts, round(active)))
     per_expert = max(1, math.ceil(slots / groups))
     inter = ceil_div(m.expert_intermediate, tp)
     ops.append(Vector("moe_dispatch", slots * d, t * d * a, slots * d * a, 0.0))
@@ -361,7 +364,8 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
         out.append(_layer("dense", share.dense_layers, attn + _ffn_ops(model, dense_tokens, dense, a, w, False)))
     if share.moe_layers:
         out.append(_layer("moe", share.moe_layers, attn + _ffn_ops(model, ffn_tokens, ffn, a, w, True, group_tokens,
-                                                                   (dense.tp, dense_tokens))))
+                                                                   (dense.tp, dense_tokens),
+                                                                   reads_all_local_experts(scenario))))
     if share.last_stage:
         d = model.hidden
         rows = share.requests if phase == "prefill" else share.tokens  # logits of the last position only
