@@ -108,11 +108,11 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
 
 
 def _refine(problem, record: StudyRecord, run: dict, batch: int, stops, one_batch, log, mirror, until: int) -> None:
-    """Pareto local search around the front until ``until`` trials are told or it finds nothing new: every point
-    within two moves of a front design (:func:`deepstack.search.bilevel.neighbours`: another chip, NoC or SRAM
-    option, one step of m, n or the hop latency, or any other bandwidth of one level) not tried yet is screened,
-    nearest first, and a front design found by a screen is solved exactly. Each batch takes the next points around the front as
-    it stands (so a resumed run continues exactly where the interrupted one stopped). The sampler finds the region;
+    """Pareto local search around the front until ``until`` trials are told or it finds nothing new: every point within
+    two moves of a front design (:func:`deepstack.search.bilevel.neighbours`: another chip, NoC or SRAM option, one
+    step of m, n or the hop latency, or any other bandwidth of one level) not tried yet is screened, nearest first,
+    and a front design found by a screen is solved exactly. Each batch takes the next points around the front as it
+    stands (so a resumed run continues exactly where the interrupted one stopped). The sampler finds the region;
     this finds its corner, which often needs two moves at once (a chip whose NoC is cheaper at a lower link
     bandwidth fits one more PE per device)."""
     size = max(batch, REFINE_BATCH)  # the points are known up front: bigger batches, fewer writes
