@@ -95,6 +95,8 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     a_segment = np.minimum(k * a_bytes, dev.dram.row_B)  # an activation row of K elements
     # an output tile is real_rows runs of tn elements, or one run when it spans whole output rows
     c_segment = np.minimum(np.where(tn >= n, real_rows * n, tn) * c_bytes, dev.dram.row_B)
+    row_major = dev.dram.weight_layout == "row_major"
+    weight_run_B = row_major_transaction_B(tn, tk, k, split, b_bytes) if row_major else None
     streamed = ~b_res
 
     def traffic(active) -> WaveTraffic:
@@ -103,9 +105,8 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
         a_B = np.where(a_res, 0.0, rows * real_rows * k_len * a_bytes)
         c_B = np.where(c_res, 0.0, active * real_rows * tn * c_bytes)
         bank_s = np.zeros(rows_n)
-        if dev.dram.weight_layout == "row_major":  # a tile access is one run per weight row, or one for all
-            bank_s = np.where(streamed, dram_model.stream_time_s(
-                dev.dram, b_B, row_major_transaction_B(tn, tk, k, split, b_bytes)), 0.0)
+        if row_major:  # a tile access is one run per weight row, or one for all its rows
+            bank_s = np.where(streamed, dram_model.stream_time_s(dev.dram, b_B, weight_run_B), 0.0)
         elif streamed.any():
             window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
             stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
