@@ -37,12 +37,6 @@ class Axis:
     copies: int  # copies of this axis in the network
     exit_stride: int  # flows whose ids differ above this radix leave through a shared outer level (0: none)
 
-    def copy_of(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Which copy of the axis a flow at this axis travels on (innermost-first dimension order: lower axes
-        already hold the destination's digits, higher axes still the source's)."""
-        lower = (dst % self.stride) // self.group  # the digits of lower axes that pick a port (none inside a group)
-        return lower + (self.stride // self.group) * (src // (self.stride * self.size))
-
 
 def structure_devices(structure: Structure) -> int:
     """Devices of a topology structure: the product of every level's dimensions."""
@@ -96,6 +90,25 @@ def local_table(kind: type[Topology], n: int) -> np.ndarray:
     return table
 
 
+@memo.cached(maxsize=64)
+def _axis_digits(structure: Structure) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]:
+    """Per axis, indexed by device id: its coordinate on the axis, the two terms of the copy of the axis a flow
+    travels on (``lower[dst] + upper[src]``: in innermost-first dimension order the lower axes already hold the
+    destination's digits, the higher ones still the source's; inside a group the lower digits pick no port),
+    and its block above ``exit_stride`` — looked up per flow instead of dividing every flow's ids again."""
+    devices = np.arange(structure_devices(structure), dtype=np.int64)
+    out = []
+    for axis in axes(structure):
+        coordinate = (devices // axis.stride) % axis.size
+        lower = (devices % axis.stride) // axis.group
+        upper = (axis.stride // axis.group) * (devices // (axis.stride * axis.size))
+        block = devices // axis.exit_stride if axis.exit_stride else devices
+        for array in (coordinate, lower, upper, block):
+            array.flags.writeable = False
+        out.append((coordinate, lower, upper, block))
+    return tuple(out)
+
+
 def pair_links(structure: Structure, src: np.ndarray, dst: np.ndarray):
     """Route flows ``src[i] → dst[i]`` (vectorised).
 
@@ -106,32 +119,30 @@ def pair_links(structure: Structure, src: np.ndarray, dst: np.ndarray):
     hops = np.zeros((len(structure), len(src)), dtype=np.int64)
     rows: list[list[np.ndarray]] = [[] for _ in structure]
     cols: list[list[np.ndarray]] = [[] for _ in structure]
-    for axis in axes(structure):
+    for axis, (coordinate, lower, upper, block) in zip(axes(structure), _axis_digits(structure), strict=True):
         table = local_table(axis.kind, axis.size)
-        local = table[(src // axis.stride) % axis.size, (dst // axis.stride) % axis.size]
-        copy = axis.copy_of(src, dst)
+        # one gather of rows by the flat (source, destination) position: faster than two index arrays
+        local = table.reshape(axis.size * axis.size, -1)[coordinate[src] * axis.size + coordinate[dst]]
+        copy = lower[dst] + upper[src]
         if axis.exit_stride:
             # A flow leaving its group through a shared uplink reaches it through this level's hub (switch): up
             # from the source in its group, down to the destination in the destination's group — even where
             # the two sit at the same position of their groups.
-            leaves = src // axis.exit_stride != dst // axis.exit_stride
-            local = local.copy()
-            a, b = (src[leaves] // axis.stride) % axis.size, (dst[leaves] // axis.stride) % axis.size
-            up, down = axis.kind.via_hub(axis.size, a, b)
+            leaves = block[src] != block[dst]
+            src_l, dst_l = src[leaves], dst[leaves]
+            up, down = axis.kind.via_hub(axis.size, coordinate[src_l], coordinate[dst_l])
             local[leaves] = -1
             local[leaves, 0] = up
-            down_links = axis.offset + axis.copy_of(dst[leaves], dst[leaves]) * axis.kind.links(axis.size) + down
-        valid = local >= 0
-        flow_idx, hop_idx = np.nonzero(valid)
+            down_links = axis.offset + (lower[dst_l] + upper[dst_l]) * axis.kind.links(axis.size) + down
+        flow_idx, hop_idx = np.nonzero(local >= 0)
         link = axis.offset + copy[flow_idx] * axis.kind.links(axis.size) + local[flow_idx, hop_idx]
+        hops[axis.level] += np.bincount(flow_idx, minlength=len(src))  # the links each flow crosses here
         if axis.exit_stride:
             flow_idx = np.concatenate([flow_idx, np.flatnonzero(leaves)])
             link = np.concatenate([link, down_links])
-            valid[leaves, 0] = True  # count the down hop with the up hop below
-            hops[axis.level] += leaves
+            hops[axis.level] += leaves  # and the down hop
         rows[axis.level].append(flow_idx)
         cols[axis.level].append(link)
-        hops[axis.level] += valid.sum(axis=1)
     empty = np.zeros(0, dtype=np.int64)
     links = tuple(
         (np.concatenate(r) if r else empty, np.concatenate(c) if c else empty) for r, c in zip(rows, cols, strict=True)
