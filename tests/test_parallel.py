@@ -250,16 +250,20 @@ def test_llama_3_3_70b_tp8_pp4():
     # last stage (worst): 20 × 106,971,136 + LM head (128,256/8)·8,192 = 131,334,144 + final norm 8,192
     #   = 2,270,765,056 parameters × 2 B = 4,541,530,112 B (the first stage's embedding lacks the 8,192 norm)
     # KV: 64 requests × 2,048 tokens × 20 layers × (2·1 kv head·128) × 2 B = 1,342,177,280 B
-    # activations: residual 64·8,192 + attention 64·(8,192 + 2·1,024 + 2·128 + 8,192) = 524,288 + 1,196,032
-    #   (> FFN 64·15,360 and logits 64·16,032) → 1,720,320 × 2 × 2 B = 6,881,280 B
+    # activations: a stage holds one PP microbatch at a time, at least pp = 4 of them → 16 requests:
+    #   residual 16·8,192 + attention 16·(8,192 + 2·1,024 + 2·128 + 8,192) = 131,072 + 299,008
+    #   (> FFN 16·15,360 and logits 16·16,032) → 430,080 × 2 × 2 B = 1,720,320 B
     scenario = _scenario("llama-3.3-70b", batch=64)
     fp = memory_footprint(scenario, Strategy(tp=8, pp=4))
     assert fp.stage == 3
     assert fp.weights_B == 4_541_530_112
     assert fp.kv_cache_B == 1_342_177_280
-    assert fp.activations_B == 6_881_280
+    assert fp.activations_B == 1_720_320
     # A Schedule gives the same answer as the Strategy it came from.
     assert memory_footprint(scenario, Schedule.parse("tp=8,pp=4")) == fp
+    # 8 microbatches of 8 requests: (8·8,192 + 8·18,688) × 2 × 2 B = 860,160 B; weights and KV unchanged
+    eight = memory_footprint(scenario, Schedule.parse("tp=8,pp=4,microbatches=8"))
+    assert (eight.activations_B, eight.weights_B, eight.kv_cache_B) == (860_160, fp.weights_B, fp.kv_cache_B)
 
 
 def test_gqa_kv_heads_replicate_beyond_tp_8():

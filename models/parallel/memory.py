@@ -67,24 +67,26 @@ class _Module(NamedTuple):
 
 
 class _Layout(NamedTuple):
-    """A strategy or schedule reduced to plain integers: the memo key of :func:`_footprint` (microbatches and
-    collective choices do not change the footprint)."""
+    """A strategy or schedule reduced to plain integers: the memo key of :func:`_footprint` (collective choices
+    do not change the footprint)."""
 
     attention: _Module
     ffn: _Module
     pp: int
     fsdp: bool
     dense_tp: int  # TP of the dense FFN layers and shared experts: the FFN's, or the attention's (moe_mode)
+    microbatches: int  # decode: the PP microbatches a stage works through one at a time (1 without PP)
 
 
 def _layout(plan: Strategy | Schedule) -> _Layout:
     if isinstance(plan, Strategy):
         module = _Module(plan.tp, plan.ep, plan.sp, plan.cp, plan.dp)
-        return _Layout(module, module, plan.pp, plan.fsdp, plan.tp)
+        return _Layout(module, module, plan.pp, plan.fsdp, plan.tp, plan.pp)
     a, f = plan.attention, plan.ffn
     dense_tp = a.tp if plan.dense_on_attention else f.tp
+    # a tuned count is never below the pipeline's depth (pp: the largest microbatches, the footprint to check)
     return _Layout(_Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp), plan.pp, plan.fsdp,
-                   dense_tp)
+                   dense_tp, plan.microbatches or plan.pp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,11 +149,13 @@ def _chunk_requests(scenario: Scenario, module: _Module, chunk: PrefillChunks) -
     return math.ceil(_requests(scenario, module) * chunk.requests / engine_requests)
 
 
-def _tokens(scenario: Scenario, module: _Module, chunk: PrefillChunks | None) -> int:
-    """Tokens one device processes at once: one per request in decode (``chunk`` None); in prefill the shard of
-    one chunk (:func:`prefill_chunks`), the step's token budget. PP microbatches are no larger than a chunk."""
+def _tokens(scenario: Scenario, module: _Module, chunk: PrefillChunks | None, microbatches: int) -> int:
+    """Tokens one device processes at once: in decode (``chunk`` None) one per request of a PP microbatch (a
+    stage holds the activations of the microbatch it works on; the others' wait as KV cache only); in prefill
+    the shard of one chunk (:func:`prefill_chunks`), the step's token budget. PP microbatches are no larger
+    than a chunk."""
     if chunk is None:
-        return _requests(scenario, module)
+        return math.ceil(_requests(scenario, module) / microbatches)
     return _chunk_requests(scenario, module, chunk) * math.ceil(chunk.tokens / (module.sp * module.cp))
 
 
@@ -206,7 +210,7 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
         * (kv_elements_per_token(model, att.tp) * precision.kv_bytes + model.attention.indexer_cache_bytes_per_token())
     )
     chunk = None if budget is None else prefill_chunks(scenario, att.dp * att.ep, budget)
-    t_att, t_ffn = _tokens(scenario, att, chunk), _tokens(scenario, ffn, chunk)
+    t_att, t_ffn = (_tokens(scenario, module, chunk, layout.microbatches) for module in (att, ffn))
     residual = t_att * hidden
     attention_peak = t_att * (hidden + _attention_activation_width(model, att.tp))
     dense_peak = t_ffn * (hidden + 2 * math.ceil((model.dense_intermediate or 0) / ffn.tp))  # SwiGLU gate + up
@@ -219,7 +223,7 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
     else:
         moe_peak = 0
     # the last position of each request of the step (vLLM also samples a partial prefill's last token)
-    logit_rows = _requests(scenario, att) if chunk is None else _chunk_requests(scenario, att, chunk)
+    logit_rows = t_att if chunk is None else _chunk_requests(scenario, att, chunk)
     logits_peak = logit_rows * math.ceil(model.vocab / att.tp)
 
     sizes = pipeline_stage_layers(model.layers, layout.pp)
@@ -277,8 +281,9 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
       cache grows chunk by chunk; it is counted full, as it stands after the last chunk.
     - Activations: tokens in flight × (residual + the largest block's live elements: attention, SwiGLU FFN,
       MoE with dispatch buffers, or the last stage's logits) × :data:`ACTIVATION_BUFFERS` ×
-      ``precision.activation_bytes``; in flight: one token per request in decode, one chunk's tokens in
-      prefill (:func:`prefill_chunks`) under the budget :func:`budget_for` gives.
+      ``precision.activation_bytes``; in flight: in decode one token per request of one PP microbatch (the
+      schedule's count, else the pipeline's depth: the fewest a tuned count takes), in prefill one chunk's
+      tokens (:func:`prefill_chunks`) under the budget :func:`budget_for` gives.
 
     Args:
         scenario: The workload (model, phase, batch, lengths, precision).
