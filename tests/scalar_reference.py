@@ -32,13 +32,11 @@ def stream_time_s(dram: DramSpec, total_B: float, segment_B: float) -> float:
     banks."""
     if total_B <= 0:
         return 0.0
-    segment = max(1.0, min(segment_B, total_B))
-    transactions = math.ceil(total_B / segment)
-    per_bank = math.ceil(transactions / dram.banks)
-    rows_per_transaction = math.ceil(segment / dram.row_B)
+    piece = max(1.0, min(segment_B, dram.row_B, total_B))  # a longer transaction: its rows, in successive banks
+    per_bank = math.ceil(math.ceil(total_B / piece) / dram.banks)
     bank_bw = dram.bank_bw_Bps
-    bytes_per_bank = min(per_bank * segment, total_B)
-    busy = bytes_per_bank / bank_bw + per_bank * rows_per_transaction * dram.row_overhead_s
+    bytes_per_bank = min(per_bank * piece, total_B)
+    busy = bytes_per_bank / bank_bw + per_bank * dram.row_overhead_s
     if dram.interleave_ways > 1:
         busy = max(bytes_per_bank / bank_bw, busy / dram.interleave_ways)
     return max(busy, total_B / dram.peak_bw_Bps) / dram.refresh_availability

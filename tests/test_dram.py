@@ -188,6 +188,16 @@ def test_stream_time_matches_the_curve_for_large_tensors():
     assert dram.stream_time_s(INTERLEAVED, total, ROW_B) >= total / PEAK_Bps
 
 
+def test_a_transaction_longer_than_a_row_is_served_by_successive_banks():
+    # 8 transactions of 32 KiB = 128 rows: rows interleave across banks, so each of the 128 banks serves one
+    # full row (188.09 ns), not one bank 16 rows of one transaction (16 × 188.09 ns = 3.0 µs)
+    total = 8 * 32 * 2**10
+    assert dram.stream_time_s(DIRECT, total, 32 * 2**10) == pytest.approx(ROW_ACCESS_s)
+    assert dram.stream_time_s(DIRECT, total, 32 * 2**10) == dram.stream_time_s(DIRECT, total, ROW_B)
+    # a transaction up to a row long is still one bank's: 8 of 1 KiB → 8 banks, each 1 KiB + one activation
+    assert dram.stream_time_s(DIRECT, 8 * 1024, 1024) == pytest.approx((1024 / BANK_Bps + OVERHEAD_s) / REFRESH)
+
+
 def _one_tiling(g: Gemm, dev, tm: int, tn: int, tk: int):
     from deepstack.models.compute.gemm import time_tilings
 

@@ -131,15 +131,16 @@ def window_service_times_s(dram: DramSpec, blocks, stride_B, window_B, swizzle: 
 
 def stream_time_s(dram: DramSpec, total_B, segment_B):
     """Time (s) to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions
-    spread round-robin over the banks (the best case of a well-laid-out tensor). Element-wise on numpy arrays;
-    on floats it returns a numpy float."""
+    spread round-robin over the banks (the best case of a well-laid-out tensor); a transaction longer than a
+    row is served as its rows by successive banks. Element-wise on numpy arrays; on floats it returns a numpy
+    float."""
     total = np.asarray(total_B, dtype=float)
-    segment = np.maximum(1.0, np.minimum(segment_B, total))
-    transactions = np.ceil(total / segment)
-    per_bank = np.ceil(transactions / dram.banks)
-    rows_per_transaction = np.ceil(segment / dram.row_B)
-    bytes_per_bank = np.minimum(per_bank * segment, total)
-    busy = bytes_per_bank / dram.bank_bw_Bps + per_bank * rows_per_transaction * dram.row_overhead_s
+    # a transaction longer than a row is its rows, each in the next bank (rows interleave across banks): the
+    # banks serve row-sized pieces of it, each opening its row
+    piece = np.maximum(1.0, np.minimum(np.minimum(segment_B, dram.row_B), total))
+    per_bank = np.ceil(np.ceil(total / piece) / dram.banks)
+    bytes_per_bank = np.minimum(per_bank * piece, total)
+    busy = bytes_per_bank / dram.bank_bw_Bps + per_bank * dram.row_overhead_s
     if dram.interleave_ways > 1:
         busy = np.maximum(bytes_per_bank / dram.bank_bw_Bps, busy / dram.interleave_ways)
     return (np.where(total > 0, np.maximum(busy, total / dram.peak_bw_Bps), 0.0) / dram.refresh_availability)[()]
