@@ -361,6 +361,18 @@ _MODELS = st.sampled_from(catalog.names("llms"))
 _POW2 = st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128])
 
 
+@settings(max_examples=60, deadline=None)
+@given(_MODELS, st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([16, 64, 256]))
+def test_more_pp_microbatches_never_increase_decode_activations(name, pp, more, batch):
+    """A decode stage holds one microbatch's activations: more microbatches hold fewer tokens at once, while the
+    weights and the KV cache (all requests, to the end of generation) stay as they are."""
+    scenario = _scenario(name, batch=batch, input_len=512, output_len=256)
+    fewest = memory_footprint(scenario, Schedule.parse(f"tp=4,pp={pp}"))
+    many = memory_footprint(scenario, Schedule.parse(f"tp=4,pp={pp},microbatches={pp * more}"))
+    assert many.activations_B < fewest.activations_B if more > 1 else many == fewest
+    assert (many.weights_B, many.kv_cache_B) == (fewest.weights_B, fewest.kv_cache_B)
+
+
 @settings(max_examples=80, deadline=None)
 @given(_MODELS, st.sampled_from(["prefill", "decode"]), _POW2, _POW2, _POW2, _POW2,
        st.sampled_from([1, 2, 4, 8]), st.booleans())
