@@ -36,11 +36,15 @@ from deepstack.models.evaluate import evaluate
 from deepstack.schema import Scenario, Schedule
 from deepstack.search.schedules import best_schedule
 
-TARGETS = {"design point memoised (ms)": 2.0, "design point cold (ms)": 50.0, "best-schedule search (s)": 2.0,
+# issue 32 ("the full-fidelity sweep at 20,000 points/s on two cores"): the large slice at 20,000 points/s with 2
+# processes, a cold design point in 20 ms, the small space's steady-state search overhead at most half the
+# evaluation time; the other figures keep the targets of the issues before it
+TARGETS = {"design point memoised (ms)": 2.0, "design point cold (ms)": 20.0, "best-schedule search (s)": 2.0,
            "all-to-all 256 nodes (ms)": 5.0, "sweep points/s (2 processes)": 2000.0,
-           "large sweep points/s (2 processes)": 2000.0, **{
+           "large sweep points/s (2 processes)": 20000.0, **{
                f"{space} space: {what}overhead / evaluation time": 1.0 for space in ("small", "default")
-               for what in ("", "steady state (screened trials), ")}}
+               for what in ("", "steady state (screened trials), ")},
+           "small space: steady state (screened trials), overhead / evaluation time": 0.5}
 
 
 def _median(fn, runs: int, warmup: int = 1, before=None) -> float:
