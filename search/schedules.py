@@ -17,11 +17,11 @@ from deepstack.models import network
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
-from deepstack.models.parallel.memory import feasible_strategies
-from deepstack.models.parallel.strategies import enumerate_strategies
+from deepstack.models.parallel.memory import feasible_strategies, fits
+from deepstack.models.parallel.strategies import Strategy, enumerate_strategies, expert_folded
 from deepstack.models.pipeline import prepare_phases
 from deepstack.models.results import Report
-from deepstack.schema import Schedule
+from deepstack.schema import Scenario, Schedule
 from deepstack.search.objectives import OBJECTIVES, score
 
 TOP_REPORTED = 5
@@ -44,6 +44,13 @@ def evaluate_schedules(point: DesignPoint, schedules: Iterable[Schedule], *, wit
             for candidate in with_schedules(point, schedules)]
 
 
+def folded_schedules(scenario: Scenario, strategies: Iterable[Strategy], capacity_B: float) -> list[Schedule]:
+    """Each flat strategy of a MoE model in its vLLM form, the MoE block's TP folded into EP
+    (:func:`~deepstack.models.parallel.strategies.expert_folded`), where that differs and fits in memory."""
+    folded = (expert_folded(scenario, strategy) for strategy in strategies)
+    return [schedule for schedule in folded if schedule is not None and fits(scenario, schedule, capacity_B)]
+
+
 @dataclass
 class ScheduleSearch:
     """The outcome of :func:`best_schedule`: the best report (with TTFT and breakdown), how many strategies N
@@ -52,12 +59,14 @@ class ScheduleSearch:
 
     best: Report
     considered: int
-    evaluated: int
+    evaluated: int  # strategies evaluated (those no rule pruned)
     pruned: dict[str, int]
     ranking: list[dict]  # the best few: schedule text and their objective values
+    folded: int = 0  # schedules evaluated besides them: strategies in vLLM's form (:func:`folded_schedules`)
 
     def summary(self) -> dict:
-        return {"strategies": self.considered, "evaluated": self.evaluated, "pruned": self.pruned,
+        return {"strategies": self.considered, "evaluated": self.evaluated, "moe_tp_folded": self.folded,
+                "pruned": self.pruned,
                 "feasible_after_evaluation": sum(1 for r in self.ranking_all if r["feasible"]),
                 "top": self.ranking}
 
@@ -65,7 +74,8 @@ class ScheduleSearch:
 
 
 def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch:
-    """Evaluate every strategy that survives the pruning rules and the memory check; return the best report
+    """Evaluate every strategy that survives the pruning rules and the memory check, and for a MoE model each one's
+    vLLM form with the MoE block's TP folded into EP (:func:`folded_schedules`); return the best report
     (thermally feasible ones first) with the search statistics. Raises InfeasibleError if none fits."""
     devices = point.devices
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
@@ -76,13 +86,15 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
             f"no schedule of {devices} devices fits: {dict(pruned)} strategies pruned by rule "
             f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
         )
-    schedules = [strategy.to_schedule().model_copy(update={"collectives": point.schedule.collectives})
-                 for strategy in kept]
+    folded = folded_schedules(point.scenario, kept, dev.dram.capacity_B)
+    schedules = [schedule.model_copy(update={"collectives": point.schedule.collectives})
+                 for schedule in [strategy.to_schedule() for strategy in kept] + folded]
     evaluated = [(report, candidate) for candidate, report in evaluate_schedules(point, schedules)]
     evaluated.sort(key=lambda item: (item[0].feasible, score(item[0].metrics, objective)), reverse=True)
     results = [report for report, _ in evaluated]
     best = evaluate(evaluated[0][1], with_ttft=True)
     key = OBJECTIVES[objective][0]
     ranking = [{"schedule": r.schedule["text"], "feasible": r.feasible, key: r.metrics[key]} for r in results]
-    return ScheduleSearch(best=best, considered=len(enumerate_strategies(devices)), evaluated=len(results),
-                          pruned=dict(pruned), ranking=ranking[:TOP_REPORTED], ranking_all=ranking)
+    return ScheduleSearch(best=best, considered=len(enumerate_strategies(devices)), evaluated=len(kept),
+                          pruned=dict(pruned), ranking=ranking[:TOP_REPORTED], ranking_all=ranking,
+                          folded=len(folded))

@@ -186,8 +186,9 @@ def test_schedule_search_section(deepseek_search):
     report, feasible = deepseek_search
     search = report["search"]
     assert search["strategies"] == 2574
-    assert 0 < search["evaluated"] <= feasible["count"]
+    assert 0 < search["evaluated"] == feasible["count"]
     assert search["evaluated"] + sum(search["pruned"].values()) == 2574
+    assert 0 < search["moe_tp_folded"] <= search["evaluated"]  # DeepSeek-V3 is MoE: vLLM's forms were ranked too
     top = search["top"]
     assert top[0]["schedule"] == report["schedule"]["text"]
     assert [t["stps"] for t in top] == sorted((t["stps"] for t in top), reverse=True)

@@ -20,8 +20,8 @@ from deepstack.errors import UserInputError
 from deepstack.models import assumptions
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate, idle_devices
-from deepstack.models.parallel.strategies import Strategy, prune_reason
-from deepstack.schema import Scenario, Schedule
+from deepstack.models.parallel.strategies import Strategy, expert_folded, prune_reason
+from deepstack.schema import Scenario, Schedule, build_scenario
 from deepstack.search.schedules import best_schedule
 
 STATIC_W = 0.1 * 100.0  # a Standard cluster's static power: 10 % of its 100 W TDP
@@ -147,6 +147,28 @@ def test_moe_mode_replace_only_folds_the_moe_tp_into_ep():
     assert (s.attention.tp, s.attention.ep, s.attention.dp) == (4, 32, 2)
     assert (s.ffn.tp, s.ffn.ep, s.ffn.dp) == (1, 128, 2)
     assert Schedule.parse("tp=16,ep=16,moe_mode=none") == Schedule.parse("tp=16,ep=16")
+
+
+def test_expert_folding_is_vllms_tp_with_expert_parallelism():
+    # DeepSeek-V3: 256 routed experts. tp=4·ep=32 folds into EP 128 for the routed experts, attention keeps tp=4
+    sc = build_scenario("deepseek-v3", "decode", 1024)
+    folded = expert_folded(sc, Strategy(tp=4, ep=32, pp=2))
+    assert folded == Schedule.parse("tp=4,ep=32,pp=2,moe_mode=replace_only")
+    assert (folded.ffn.tp, folded.ffn.ep, folded.attention.tp, folded.attention.ep) == (1, 128, 4, 32)
+    assert expert_folded(sc, Strategy(tp=8, pp=32)).ffn.ep == 8  # vLLM's TP8 + --enable-expert-parallel: EP8
+    assert expert_folded(sc, Strategy(ep=256)) is None  # no TP to fold: the strategy itself
+    assert expert_folded(sc, Strategy(tp=4, ep=128)) is None  # 512 does not divide 256 experts
+    assert expert_folded(build_scenario("llama-3.3-70b", "decode", 1), Strategy(tp=8)) is None  # dense
+
+
+def test_the_best_schedule_search_finds_table4_step3_schedule_at_its_hardware():
+    # Table 4 b1024 steps 3-5 run tp4·ep32·pp2 with the MoE's TP folded into EP; the searches must reach it
+    row = next(r for r in paper.table4_rows() if r.batch == 1024 and r.step == 3)
+    point = paper.table4_point(row, "paper")
+    ranking = [Schedule.parse(r["schedule"]) for r in best_schedule(point).ranking_all]
+    same = [i for i, s in enumerate(ranking) if (s.attention, s.ffn, s.pp, s.moe_mode) == (
+        point.schedule.attention, point.schedule.ffn, point.schedule.pp, "replace_only")]
+    assert same == [0]  # found, once, and the best of this hardware point
 
 
 def test_every_table4_row_is_expressible_and_evaluates():
@@ -367,3 +389,32 @@ def test_paper_reads_every_local_expert():
     assert _expert_groups(4, "paper-without-all_local_experts") == _expert_groups(4, "default")
     # at batch 1,024 every expert is active: the two sets read the same weights
     assert _expert_groups(1024, "paper") == _expert_groups(1024, "default") == 16
+
+
+def test_under_the_paper_set_hbm_streams_on_the_3d_stacks_curve():
+    # H200*: 6 stacks of 800 GB/s. The 3D layer: 409.375 GB/s over 32 banks = 12.79 GB/s per bank, 2 KiB rows.
+    # 800 / 12.79 = 62.5 → 63 banks per stack, 378 in all, direct (no pseudo-channel interleaving)
+    from deepstack.models.hardware import dram
+    from deepstack.models.hardware.device import resolve_device
+
+    h200 = catalog.load("chips", "h200-star")
+    sc = build_scenario("deepseek-v3", "decode", 1, assumptions="paper")
+    hbm = resolve_device(assumptions.chip_under(sc, h200)).dram
+    assert (hbm.banks, hbm.row_B, hbm.interleave_ways) == (378, 2048, 1)
+    assert hbm.peak_bw_Bps == pytest.approx(4.8e12) and hbm.capacity_B == pytest.approx(141 * 2**30)
+    own = resolve_device(assumptions.chip_under(build_scenario("deepseek-v3", "decode", 1), h200)).dram
+    assert (own.banks, own.row_B, own.interleave_ways) == (3072, 1024, 16)
+    stack = resolve_device(catalog.load("chips", "standard")).dram  # the 3D stack the curve comes from
+    total = 64 * 2**20
+    for segment in (128, 256, 1024):  # the same fraction of the peak at every transaction size (≤ 1 % apart)
+        on_curve = total / dram.stream_time_s(hbm, total, segment) / hbm.peak_bw_Bps
+        assert on_curve == pytest.approx(total / dram.stream_time_s(stack, total, segment) / stack.peak_bw_Bps,
+                                         rel=0.01)
+    # 128-byte transactions: a row activation (tRCD + tRP = 28 ns) per 128 B moved in 10.1 ns at 800 / 63 GB/s
+    # per bank, less refresh (93.3 % available) → 24.7 % of the peak
+    transfer_s = 128 / (800e9 / 63)
+    assert total / dram.stream_time_s(hbm, total, 128) / hbm.peak_bw_Bps == pytest.approx(
+        transfer_s / (transfer_s + 28e-9) * 0.93333, rel=2e-3)
+    assert total / dram.stream_time_s(own, total, 128) / own.peak_bw_Bps > 0.9  # HBM3's pseudo-channels hide them
+    real = catalog.load("systems", "dgx-h200").architecture  # a real GPU keeps its HBM under either set
+    assert assumptions.chip_under(sc, real).device.dram == real.device.dram

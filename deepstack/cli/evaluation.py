@@ -105,7 +105,9 @@ def _search_line(result: dict) -> None:
     report.console.print(
         f"schedule search: {search['evaluated']:,} of {search['strategies']:,} strategies evaluated"
         + (f" ({sum(pruned.values()):,} pruned: {rules})" if pruned else "")
-        + f", {search['feasible_after_evaluation']:,} feasible" + (f"; best {ranked}" if ranked else ""),
+        + (f", and {search['moe_tp_folded']:,} with the MoE's TP folded into EP (vLLM's form)"
+           if search.get("moe_tp_folded") else "")
+        + f"; {search['feasible_after_evaluation']:,} feasible" + (f"; best {ranked}" if ranked else ""),
         markup=False, highlight=False)
 
 

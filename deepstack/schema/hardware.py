@@ -153,6 +153,8 @@ class HBMDram(DramEnergy):
     stack_bw_GBps: float = Field(gt=0, le=1e6)
     banks_per_stack: int = Field(ge=1, le=65536, description="channels × pseudo-channels × banks")
     row_bytes: int = Field(ge=32, le=65536)
+    banks_per_channel: int = Field(16, ge=1, le=64, description="banks interleaved behind one pseudo-channel, "
+                                   "whose activations overlap its transfers (HBM3: 4 bank groups × 4)")
     timing: DramTiming
 
     @property

@@ -11,7 +11,6 @@ from deepstack.models.hashing import cached_hash, state_without_hash
 from deepstack.schema import ChipArchitecture, Network, SramOption
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
 
-HBM_BANKS_PER_PSEUDO_CHANNEL = 16  # docs/calibration.md §4: HBM3 4 bank groups × 4 banks
 HBM_PHY_MM2_PER_STACK = 10.0  # paper §2.2: 2.5D "PHY macros occupy tens of mm²" (per stack, inferred)
 
 
@@ -137,8 +136,8 @@ def resolve_device(chip: ChipArchitecture, stacked_layers: int | None = None, co
         if stacked_layers is not None or connected_layers is not None:
             raise UserInputError(f"stacked/connected layers apply to 3D-stacked chips only; {chip.name} uses HBM")
         m = n = 0
-        # HBM: the 16 banks (4 bank groups × 4) of a pseudo-channel interleave behind it (docs/calibration.md §4)
-        interleave_ways = HBM_BANKS_PER_PSEUDO_CHANNEL
+        # HBM: the banks of a pseudo-channel (HBM3: 4 bank groups × 4) interleave behind it (docs/calibration.md §4)
+        interleave_ways = dram.banks_per_channel
     dram_spec = DramSpec(
         technology=dram.technology, stacked_layers=m, connected_layers=n, capacity_B=dram.capacity_B,
         peak_bw_Bps=dram.peak_bw_Bps, banks=dram.banks, row_B=dram.row_bytes,

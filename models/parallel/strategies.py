@@ -196,6 +196,22 @@ def _schedule_of(strategy: Strategy) -> Schedule:
     return Schedule(attention=module, ffn=module, pp=strategy.pp, fsdp=strategy.fsdp)
 
 
+@memo.cached(maxsize=65536)
+def expert_folded(scenario: Scenario, strategy: Strategy) -> Schedule | None:
+    """``strategy`` as vLLM runs tensor parallelism with expert parallelism (``moe_mode = replace_only``): the
+    routed experts spread over all TP·EP ranks of a stage with no TP inside an expert, while attention, dense FFN
+    layers, shared experts and the vocabulary-parallel head keep the strategy's TP (vLLM's
+    ``--enable-expert-parallel`` sets the MoE's EP size to TP × DP). None where that is the strategy itself (no
+    TP, a dense model) or where TP·EP does not divide the routed experts."""
+    if scenario.model.moe is None or strategy.tp == 1:
+        return None
+    folded = Strategy(1, strategy.tp * strategy.ep, strategy.sp, strategy.cp, strategy.dp, strategy.pp, strategy.fsdp)
+    if prune_ep_experts(scenario, folded):
+        return None
+    return Schedule(attention=strategy.module(), ffn=folded.module(), pp=strategy.pp, fsdp=strategy.fsdp,
+                    moe_mode="replace_only")
+
+
 @memo.cached(maxsize=_FACTORIZATION_CACHE)
 def enumerate_strategies(n: int) -> tuple[Strategy, ...]:
     """Every flat strategy on ``n`` devices: each ordered factorization with FSDP off, then on.

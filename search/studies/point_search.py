@@ -21,7 +21,7 @@ from deepstack.models.reporting import GiB
 from deepstack.models.results import Report
 from deepstack.schema import Scenario, Schedule
 from deepstack.search import executor
-from deepstack.search.schedules import evaluate_schedules
+from deepstack.search.schedules import evaluate_schedules, folded_schedules
 from deepstack.search.studies.common import point
 
 FIXED_COLLECTIVES = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "direct"}
@@ -202,8 +202,10 @@ def serialised_metrics(design: DesignPoint, report: Report) -> dict:
 class PointTask:
     """What :func:`search_point` evaluates: a hardware point, a scenario and which schedules.
 
-    ``scopes`` picks schedule families: ``restricted`` (flat with EP = SP = CP = 1), ``flat`` (every flat
-    strategy), ``per_module`` (:func:`per_module_schedules`; ``attention_cp`` adds CP to its attention layouts).
+    ``scopes`` picks schedule families: ``restricted`` (flat with EP = SP = CP = 1), ``flat`` (the best-schedule
+    search's: every flat strategy, and for a MoE model each in vLLM's form,
+    :func:`~deepstack.search.schedules.folded_schedules`, counted as per-module), ``per_module``
+    (:func:`per_module_schedules`; ``attention_cp`` adds CP to its attention layouts).
     ``collectives`` lists "fixed" and/or "auto".
     """
 
@@ -230,9 +232,11 @@ def search_point(task: PointTask) -> PointResult:
     result.pes_per_device = dev.pes
     devices, capacity = base.devices, dev.dram.capacity_B
     schedules: list[tuple[Schedule, bool, bool]] = []  # (schedule, per_module, restricted)
-    if "flat" in task.scopes:
+    if "flat" in task.scopes:  # the best-schedule search's set: flat strategies, and in vLLM's form (per-module)
         schedules += [(s, False, s.attention.ep == s.attention.sp == s.attention.cp == 1)
                       for s in flat_schedules(sc, devices, capacity)]
+        schedules += [(s, True, False) for s in folded_schedules(sc, feasible_strategies(sc, devices, capacity)[0],
+                                                                 capacity)]
     elif "restricted" in task.scopes:
         schedules += [(s, False, True) for s in flat_schedules(sc, devices, capacity, restricted=True)]
     if "per_module" in task.scopes:
