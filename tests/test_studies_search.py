@@ -14,7 +14,7 @@ from conftest import assert_run_record
 
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
-from deepstack.schema import build_scenario
+from deepstack.schema import Schedule, build_scenario
 from deepstack.search.studies.point_search import Hardware, flat_schedules, per_module_schedules, serialised_metrics
 
 STUDIES = Path(__file__).resolve().parent.parent / "studies"
@@ -209,3 +209,22 @@ def test_per_module_schedules_cover_the_same_devices_and_differ_between_modules(
     for s in schedules:
         assert s.devices == base.devices and s.is_per_module and s.attention.tp != s.ffn.tp
         assert s.attention.ep == s.ffn.dp == 1 and s.pp <= 2
+
+
+def test_the_flat_family_holds_vllms_form_counted_as_per_module(small_moe):
+    # Qwen3-30B-A3B on 8 devices: each flat strategy with TP also in vLLM's form (its MoE TP folded into EP),
+    # which the ablation's step 2 (flat only) must not pick: it is the paper's step-3 mapping
+    from deepstack.search.studies.point_search import PointTask, search_point
+
+    sc, _, _ = small_moe
+    result = search_point(PointTask(Hardware("standard", MINI8, 4, 4), sc, ("flat",)))
+    folded = [c for c in result.candidates if "moe_mode=replace_only" in c.schedule]
+    flat = [c for c in result.candidates if "moe_mode" not in c.schedule]
+    assert folded and flat
+    assert all(c.per_module and not c.restricted for c in folded)
+    assert not any(c.per_module for c in flat)
+    with_tp = [c for c in flat if Schedule.parse(c.schedule).attention.tp > 1]
+    assert len(folded) <= len(with_tp)  # at most one folded form per flat strategy with TP
+    for c in folded:  # each keeps its strategy's attention layout, every routed expert whole
+        schedule = Schedule.parse(c.schedule)
+        assert schedule.ffn.tp == 1 and schedule.ffn.ep == schedule.attention.tp * schedule.attention.ep
