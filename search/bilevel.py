@@ -31,7 +31,7 @@ from deepstack.search import pareto
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.schedules import evaluate_schedules
 from deepstack.search.space import HardwarePoint, design_point
-from deepstack.search.sweep.points import METRIC_COLUMNS, device_of
+from deepstack.search.sweep.points import METRIC_COLUMNS, device_of, space_schedules
 
 ROW_METRICS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c", "power_density_W_per_mm2",
                "memory_gib")
@@ -75,8 +75,9 @@ def solve(task: InnerTask) -> InnerResult:
     if device_of(problem.space, hw) is None:
         return InnerResult((), None, None, math.inf, 0, 0, time.perf_counter() - started)
     point = design_point(problem.space, hw, problem.scenario)
-    kept, _ = feasible_strategies(problem.scenario, point.devices, _capacity_B(task))
-    strategies = [s for s in kept if s.fsdp in problem.space.schedule.fsdp]
+    capacity_B = _capacity_B(task)
+    kept, _ = feasible_strategies(problem.scenario, point.devices, capacity_B)
+    strategies = space_schedules(problem.space, problem.scenario, kept, capacity_B)
     if task.only is not None:  # a screen; when no elite schedule fits this point, the exact solve instead
         wanted = set(task.only)
         strategies = [s for s in strategies if s.label in wanted] or strategies
@@ -84,7 +85,7 @@ def solve(task: InnerTask) -> InnerResult:
     missing = [s for s in strategies if (problem, hw, s.label) not in ROWS]
     if missing:
         for strategy, (_, report) in zip(missing, evaluate_schedules(
-                point, [s.to_schedule() for s in missing], with_ttft=with_ttft), strict=True):
+                point, [s.schedule for s in missing], with_ttft=with_ttft), strict=True):
             metrics = report.metrics
             ROWS.put((problem, hw, strategy.label), (
                 ("schedule", strategy.label), ("fsdp", strategy.fsdp), ("feasible", report.feasible),
@@ -101,7 +102,7 @@ def solve(task: InnerTask) -> InnerResult:
     strategy = next(s for s in strategies if s.label == best["schedule"])
     from deepstack.models.evaluate import evaluate
 
-    report = evaluate(design_point(problem.space, hw, problem.scenario, strategy.to_schedule()),
+    report = evaluate(design_point(problem.space, hw, problem.scenario, strategy.schedule),
                       with_ttft=with_ttft).as_dict()
     return InnerResult(tuple(front), best, report, best["temperature_c"] - best["max_temp_c"], len(missing),
                        len(strategies), time.perf_counter() - started)

@@ -51,6 +51,31 @@ def folded_schedules(scenario: Scenario, strategies: Iterable[Strategy], capacit
     return [schedule for schedule in folded if schedule is not None and fits(scenario, schedule, capacity_B)]
 
 
+@dataclass(frozen=True)
+class PointSchedule:
+    """One schedule a hardware point is searched over: its row label (what sweeps and trials record, and what
+    ``--parallel`` reads back), whether FSDP is on, the schedule, and whether it is a flat strategy in vLLM's form."""
+
+    label: str
+    fsdp: bool
+    schedule: Schedule
+    folded: bool = False
+
+
+def point_schedules(scenario: Scenario, strategies: Iterable[Strategy], capacity_B: float,
+                    per_module: bool = True) -> list[PointSchedule]:
+    """The schedules one hardware point is searched over, the one list behind the best-schedule search, the
+    sweeps, ``optimize``'s trials and the studies' flat family: every strategy given (those that survived the
+    pruning rules and the memory check), then, with ``per_module`` and a MoE model, each one's vLLM form that
+    fits (:func:`folded_schedules`)."""
+    strategies = tuple(strategies)
+    out = [PointSchedule(s.label, s.fsdp, s.to_schedule()) for s in strategies]
+    if per_module:
+        out += [PointSchedule(str(f), f.fsdp, f, folded=True)
+                for f in folded_schedules(scenario, strategies, capacity_B)]
+    return out
+
+
 @dataclass
 class ScheduleSearch:
     """The outcome of :func:`best_schedule`: the best report (with TTFT and breakdown), how many strategies N
@@ -75,7 +100,7 @@ class ScheduleSearch:
 
 def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch:
     """Evaluate every strategy that survives the pruning rules and the memory check, and for a MoE model each one's
-    vLLM form with the MoE block's TP folded into EP (:func:`folded_schedules`); return the best report
+    vLLM form with the MoE block's TP folded into EP (:func:`point_schedules`); return the best report
     (thermally feasible ones first) with the search statistics. Raises InfeasibleError if none fits."""
     devices = point.devices
     dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
@@ -86,9 +111,8 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
             f"no schedule of {devices} devices fits: {dict(pruned)} strategies pruned by rule "
             f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
         )
-    folded = folded_schedules(point.scenario, kept, dev.dram.capacity_B)
-    schedules = [schedule.model_copy(update={"collectives": point.schedule.collectives})
-                 for schedule in [strategy.to_schedule() for strategy in kept] + folded]
+    candidates = point_schedules(point.scenario, kept, dev.dram.capacity_B)
+    schedules = [c.schedule.model_copy(update={"collectives": point.schedule.collectives}) for c in candidates]
     evaluated = [(report, candidate) for candidate, report in evaluate_schedules(point, schedules)]
     evaluated.sort(key=lambda item: (item[0].feasible, score(item[0].metrics, objective)), reverse=True)
     results = [report for report, _ in evaluated]
@@ -97,4 +121,4 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     ranking = [{"schedule": r.schedule["text"], "feasible": r.feasible, key: r.metrics[key]} for r in results]
     return ScheduleSearch(best=best, considered=len(enumerate_strategies(devices)), evaluated=len(kept),
                           pruned=dict(pruned), ranking=ranking[:TOP_REPORTED], ranking_all=ranking,
-                          folded=len(folded))
+                          folded=sum(c.folded for c in candidates))

@@ -76,7 +76,8 @@ class HardwareAxes(Frozen):
 
 class ScheduleAxes(Frozen):
     fsdp: tuple[bool, ...] = Field((False, True), min_length=1)
-    per_module: bool = False
+    per_module: bool = Field(True, description="also search each MoE strategy in vLLM's per-module form: the MoE "
+                             "block's TP folded into EP, attention keeping it (moe_mode = replace_only)")
     collective_algorithms: tuple[Algorithm, ...] = Field(("auto",), min_length=1)
     single_chip_schedules: int = Field(64, ge=1, description="operator schedules per strategy (paper §4.2.2)")
 

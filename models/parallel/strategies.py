@@ -205,11 +205,10 @@ def expert_folded(scenario: Scenario, strategy: Strategy) -> Schedule | None:
     TP, a dense model) or where TP·EP does not divide the routed experts."""
     if scenario.model.moe is None or strategy.tp == 1:
         return None
-    folded = Strategy(1, strategy.tp * strategy.ep, strategy.sp, strategy.cp, strategy.dp, strategy.pp, strategy.fsdp)
-    if prune_ep_experts(scenario, folded):
+    schedule = Schedule.parse(f"{strategy.label},moe_mode=replace_only")  # the fold rule lives in Schedule.parse
+    if prune_ep_experts(scenario, Strategy(ep=schedule.ffn.ep)):
         return None
-    return Schedule(attention=strategy.module(), ffn=folded.module(), pp=strategy.pp, fsdp=strategy.fsdp,
-                    moe_mode="replace_only")
+    return schedule
 
 
 @memo.cached(maxsize=_FACTORIZATION_CACHE)

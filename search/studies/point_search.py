@@ -21,7 +21,7 @@ from deepstack.models.reporting import GiB
 from deepstack.models.results import Report
 from deepstack.schema import Scenario, Schedule
 from deepstack.search import executor
-from deepstack.search.schedules import evaluate_schedules, folded_schedules
+from deepstack.search.schedules import evaluate_schedules, point_schedules
 from deepstack.search.studies.common import point
 
 FIXED_COLLECTIVES = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "all_to_all": "direct"}
@@ -204,7 +204,7 @@ class PointTask:
 
     ``scopes`` picks schedule families: ``restricted`` (flat with EP = SP = CP = 1), ``flat`` (the best-schedule
     search's: every flat strategy, and for a MoE model each in vLLM's form,
-    :func:`~deepstack.search.schedules.folded_schedules`, counted as per-module), ``per_module``
+    :func:`~deepstack.search.schedules.point_schedules`, the folded ones counted as per-module), ``per_module``
     (:func:`per_module_schedules`; ``attention_cp`` adds CP to its attention layouts).
     ``collectives`` lists "fixed" and/or "auto".
     """
@@ -233,10 +233,9 @@ def search_point(task: PointTask) -> PointResult:
     devices, capacity = base.devices, dev.dram.capacity_B
     schedules: list[tuple[Schedule, bool, bool]] = []  # (schedule, per_module, restricted)
     if "flat" in task.scopes:  # the best-schedule search's set: flat strategies, and in vLLM's form (per-module)
-        schedules += [(s, False, s.attention.ep == s.attention.sp == s.attention.cp == 1)
-                      for s in flat_schedules(sc, devices, capacity)]
-        schedules += [(s, True, False) for s in folded_schedules(sc, feasible_strategies(sc, devices, capacity)[0],
-                                                                 capacity)]
+        for c in point_schedules(sc, feasible_strategies(sc, devices, capacity)[0], capacity):
+            s = c.schedule
+            schedules.append((s, c.folded, not c.folded and s.attention.ep == s.attention.sp == s.attention.cp == 1))
     elif "restricted" in task.scopes:
         schedules += [(s, False, True) for s in flat_schedules(sc, devices, capacity, restricted=True)]
     if "per_module" in task.scopes:

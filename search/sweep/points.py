@@ -11,7 +11,7 @@ from deepstack.errors import UserInputError
 from deepstack.models import memo, tune_gc
 from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.schema import DesignSpace, Scenario
-from deepstack.search.schedules import evaluate_schedules
+from deepstack.search.schedules import PointSchedule, evaluate_schedules, point_schedules
 from deepstack.search.space import HardwarePoint, design_point, load_space, scaled_network
 
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c",
@@ -66,6 +66,13 @@ def _capacity_B(hw: HardwarePoint) -> float:
     return dram.capacity_B
 
 
+def space_schedules(space: DesignSpace, scenario: Scenario, kept, capacity_B: float) -> list[PointSchedule]:
+    """The schedules a space searches on one hardware point: the strategies that fit (``kept``) with the space's
+    FSDP choices, and with ``per_module`` each MoE strategy's vLLM form too (:func:`point_schedules`)."""
+    strategies = [strategy for strategy in kept if strategy.fsdp in space.schedule.fsdp]
+    return point_schedules(scenario, strategies, capacity_B, space.schedule.per_module)
+
+
 def evaluate_hardware(task: SweepTask) -> list[dict]:
     """Every schedule that fits one hardware point, evaluated: one row per schedule."""
     space = load_space(task.space_ref)
@@ -75,15 +82,14 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
         return []
     point = design_point(space, hw, scenario)
     kept, _ = feasible_strategies(scenario, point.devices, _capacity_B(hw))
-    strategies = [strategy for strategy in kept if strategy.fsdp in space.schedule.fsdp]
-    evaluated = evaluate_schedules(point, [strategy.to_schedule() for strategy in strategies],
-                                   with_ttft=task.with_ttft)
+    candidates = space_schedules(space, scenario, kept, _capacity_B(hw))
+    evaluated = evaluate_schedules(point, [c.schedule for c in candidates], with_ttft=task.with_ttft)
     hardware = hw.as_dict()
     columns = [k for k in METRIC_COLUMNS if task.with_ttft or k != "ttft_s"]  # untimed TTFT: no NaN column
     rows = []
-    for strategy, (_, report) in zip(strategies, evaluated, strict=True):
+    for candidate, (_, report) in zip(candidates, evaluated, strict=True):
         metrics = report.metrics
-        rows.append({**hardware, "schedule": strategy.label, "fsdp": strategy.fsdp,
+        rows.append({**hardware, "schedule": candidate.label, "fsdp": candidate.fsdp,
                      "feasible": report.feasible, **{k: metrics[k] for k in columns if k in metrics}})
     return rows
 
