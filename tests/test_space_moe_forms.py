@@ -85,3 +85,19 @@ def test_trial_solves_the_space_schedules(tmp_path, per_module):
         label = "attn:tp=4,ep=2;ffn:ep=8;moe_mode=replace_only"
         screened = solve(InnerTask(problem, hw, (label,)))
         assert screened.schedules == 1 and screened.representative["schedule"] == label
+
+
+def test_sweep_front_holds_vllm_form_and_evaluate_reproduces_it(cli, tmp_path):
+    """End to end: the exhaustive sweep's front holds the folded schedule (the fastest here), and its id
+    reproduces it through `deepstack evaluate --design`."""
+    out = tmp_path / "sweep"
+    result = cli("sweep", "--mode", "exhaustive", "--space", _space(tmp_path, True), "--out", str(out),
+                 "--workers", "1", "--json")
+    assert result.code == 0, result.err
+    front = result.json()["pareto"]
+    fastest = max(front, key=lambda row: row["stps"])
+    assert fastest["schedule"] == "attn:tp=4,ep=2;ffn:ep=8;moe_mode=replace_only"
+    again = cli("evaluate", "--design", fastest["id"], "--front", str(out / "pareto.csv"), "--json")
+    assert again.code == 0, again.err
+    assert again.json()["metrics"]["stps"] == fastest["stps"]
+    assert again.json()["schedule"]["text"] == fastest["schedule"]
