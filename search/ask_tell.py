@@ -3,16 +3,16 @@
 
 Per batch: mirror the trials other processes added, ask a batch of proposals on the mirror (no storage round
 trip), repair them with CP-SAT, solve their hardware points on the worker pool, tell the mirror and write the
-batch's trials to the persistent study in one call (one transaction on an RDB); after the batch, the hypervolume
+batch's trials to the persistent study in one call (one transaction on an RDB), with the hypervolume after the batch
 and the study's user attributes. A SIGINT/SIGTERM during the evaluation drops the batch: the next run of the same
 command proposes it again (:mod:`.resume`).
 """
 
 from __future__ import annotations
 
-import json
 import time
 
+from deepstack.jsonutil import finite
 from deepstack.models.parallel.strategies import Strategy
 from deepstack.search import bilevel, executor
 from deepstack.search.feasibility import Proposal
@@ -41,7 +41,7 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
     run = {"told": told, "planned": trials, "resumed_from": told, "refined": 0, "interrupted": None, "stalled": False,
            **{k: 0 for k in COUNTS}}
     clock = run["timing_s"] = {phase: 0.0 for phase in PHASES}
-    tick = _lap(clock, "store", tick)
+    tick = _lap(clock, "setup", tick)  # once per run: reading what the study holds
     mirror.refresh()
     for params in bilevel.warm_start(problem):  # the catalog's named designs first (on the mirror only)
         if not record.has_params(params):
@@ -74,13 +74,21 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 run["interrupted"] = stops.name or "SIGINT"
                 return False
             told = [_tell(mirror, *job, record, run) for job in zip(asked, proposals, tasks, results, strict=True)]
-            for number, (result, task), solved in zip(mirror.write(asked), told, tasks, strict=True):  # one write
-                record.count(result, number, task, solved)
+
+            def account(numbers: list[int]) -> dict:
+                """Count the batch under its trials' numbers, and the hypervolume after it: the study attributes
+                written with the batch."""
+                for number, (result, task), solved in zip(numbers, told, tasks, strict=True):
+                    record.count(result, number, task, solved)
+                since = time.perf_counter()
+                record.progress.record(mirror.completed, record.evaluations)
+                clock["bookkeeping"] += time.perf_counter() - since
+                clock["store"] -= time.perf_counter() - since  # the lap below counts it too
+                return record.attributes()
+
+            mirror.write(asked, account)  # one write: the batch and the study's attributes
+            hv = record.progress.history[-1][2]
             tick = _lap(clock, "store", tick)
-            hv = record.progress.record(mirror.completed, record.evaluations)
-            tick = _lap(clock, "bookkeeping", tick)
-            record.save(the_study)
-            clock["store"] += time.perf_counter() - tick
             if progress:
                 progress(run["told"], trials)
             if log and announce:
@@ -174,7 +182,7 @@ def _tell(mirror, trial, proposal, task, result, record: StudyRecord, run: dict)
         "solve": solve,
         "design": {**task.hardware.as_dict(), "schedule": best["schedule"], "fsdp": best["fsdp"]},
         "pareto_schedules": [bilevel.front_row(r, record.objectives) for r in result.front],
-        "report": _jsonable(result.report)})
+        "report": finite(result.report)})
     return result, task
 
 
@@ -214,6 +222,3 @@ def _solve(run_chunks, tasks: list, workers: int) -> list:
     run_chunks(bilevel.solve_chunk, chunks, lambda index, results: out.__setitem__(index, results))
     return [result for index in sorted(out) for result in out[index]]
 
-
-def _jsonable(data):
-    return json.loads(json.dumps(data, default=str, allow_nan=True).replace("NaN", "null"))

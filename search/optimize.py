@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import importlib.util
 import json
 import sqlite3
@@ -22,6 +23,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
@@ -183,9 +185,10 @@ class Mirror:
         else:
             self.memory.tell(trial, values)
 
-    def write(self, told: list[optuna.trial.Trial]) -> list[int]:
+    def write(self, told: list[optuna.trial.Trial], study_attrs=None) -> list[int]:
         """Write a batch of told mirror trials to the persistent study (RDB: one transaction; a journal: one
-        appended operation per trial); returns their persistent numbers."""
+        appended operation per trial); returns their persistent numbers. ``study_attrs(numbers)``, called once the
+        numbers are known, returns study user attributes written with the batch (RDB: in its transaction)."""
         copies, sources = [], []
         for trial in told:
             frozen = self.memory._storage.get_trial(trial._trial_id)
@@ -197,14 +200,21 @@ class Mirror:
                 datetime_complete=frozen.datetime_complete, params=frozen.params, distributions=frozen.distributions,
                 user_attrs={**frozen.user_attrs, **self.attrs.pop(trial._trial_id, {})}, system_attrs=system,
                 intermediate_values={}, trial_id=0))
-        numbers = _insert(self.rdb, self.study_id, copies) if self.rdb is not None else None
-        if numbers is None:  # a journal file: one appended operation per trial
+
+        def stored(numbers: list[int]) -> dict:
+            self.known.update(numbers)
+            self.seen += len(numbers)
+            self.finished += len(numbers)
+            self.completed += sum(c.state == optuna.trial.TrialState.COMPLETE for c in copies)
+            return study_attrs(numbers) if study_attrs else {}
+
+        if self.rdb is not None:
+            numbers = _insert(self.rdb, self.study_id, copies, stored)
+        else:  # a journal file: one appended operation per trial and attribute
             numbers = [self.store.get_trial_number_from_id(self.store.create_new_trial(self.study_id, template_trial=c))
                        for c in copies]
-        self.known.update(numbers)
-        self.seen += len(numbers)
-        self.finished += len(numbers)
-        self.completed += sum(c.state == optuna.trial.TrialState.COMPLETE for c in copies)
+            for key, value in stored(numbers).items():
+                self.study.set_user_attr(key, value)
         for source in sources:
             if source is not None:
                 self._mark_consumed(source)
@@ -243,43 +253,78 @@ def _count(rdb, study_id: int) -> int:
         return int(connection.execute(query).scalar())
 
 
-def _insert(rdb, study_id: int, trials: list[optuna.trial.FrozenTrial]) -> list[int]:
+def _insert(rdb, study_id: int, trials: list[optuna.trial.FrozenTrial], study_attrs) -> list[int]:
     """Write finished (or queued) trials whole, in one transaction, with Optuna's own tables and numbering (the
-    study row locked, numbers counted from the trial ids, as ``RDBStorage.create_new_trial`` does); returns their
-    numbers. Optuna's template path costs a query per parameter and attribute (about 50 ms a trial on SQLite)."""
-    import sqlalchemy
+    study row locked, numbers counted from the trial ids, as ``RDBStorage.create_new_trial`` does), and the study
+    user attributes ``study_attrs(numbers)`` returns; returns the numbers. SQLAlchemy Core statements, built once:
+    Optuna's template path costs a query per parameter and attribute (about 50 ms a trial on SQLite), the ORM's
+    unit of work a few ms a batch, and a transaction of its own for the attributes a commit more."""
     from optuna.distributions import distribution_to_json
-    from optuna.storages._rdb import models
     from optuna.storages._rdb.storage import _create_scoped_session
 
+    sql = _statements()
     with _create_scoped_session(rdb.scoped_session) as session:
-        models.StudyModel.find_or_raise_by_id(study_id, session, for_update=True)
-        stored = [models.TrialModel(study_id=study_id, number=None, state=t.state, datetime_start=t.datetime_start,
-                                    datetime_complete=t.datetime_complete) for t in trials]
-        session.add_all(stored)
-        session.flush()
-        first = stored[0].count_past_trials(session)  # the study is locked: the batch's numbers follow on
-        rows: dict = {models.TrialValueModel: [], models.TrialParamModel: [], models.TrialUserAttributeModel: [],
-                      models.TrialSystemAttributeModel: []}
-        for i, (row, trial) in enumerate(zip(stored, trials, strict=True)):
-            row.number, tid = first + i, row.trial_id
+        connection = session.connection()
+        if connection.execute(sql.lock_study, {"study": study_id}).first() is None:
+            raise KeyError(f"no study with study_id {study_id}")  # as Optuna's find_or_raise_by_id
+        ids = [connection.execute(sql.trial, {"study_id": study_id, "number": None, "state": t.state,
+                                              "datetime_start": t.datetime_start,
+                                              "datetime_complete": t.datetime_complete}).inserted_primary_key[0]
+               for t in trials]
+        # the study is locked: the batch's numbers follow on from the trials before its first
+        first = connection.execute(sql.trials_before, {"study": study_id, "first": ids[0]}).scalar()
+        numbers = [first + i for i in range(len(ids))]
+        connection.execute(sql.number, [{"tid": tid, "new_number": n} for tid, n in zip(ids, numbers, strict=True)])
+        values, params, user, system = [], [], [], []
+        for tid, trial in zip(ids, trials, strict=True):
             for objective, value in enumerate(trial.values or ()):
-                number, kind = models.TrialValueModel.value_to_stored_repr(value)
-                rows[models.TrialValueModel].append({"trial_id": tid, "objective": objective, "value": number,
-                                                     "value_type": kind})
+                number, kind = sql.value_repr(value)
+                values.append({"trial_id": tid, "objective": objective, "value": number, "value_type": kind})
             for name, value in trial.params.items():
                 distribution = trial.distributions[name]
-                rows[models.TrialParamModel].append({"trial_id": tid, "param_name": name,
-                                                     "param_value": distribution.to_internal_repr(value),
-                                                     "distribution_json": distribution_to_json(distribution)})
-            for model, items in ((models.TrialUserAttributeModel, trial.user_attrs),
-                                 (models.TrialSystemAttributeModel, trial.system_attrs)):
-                rows[model] += [{"trial_id": tid, "key": key, "value_json": json.dumps(value)}
-                                for key, value in items.items()]
-        for model, batch in rows.items():  # one executemany per table
+                params.append({"trial_id": tid, "param_name": name,
+                               "param_value": distribution.to_internal_repr(value),
+                               "distribution_json": distribution_to_json(distribution)})
+            user += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)} for k, v in trial.user_attrs.items()]
+            system += [{"trial_id": tid, "key": k, "value_json": json.dumps(v)} for k, v in trial.system_attrs.items()]
+        for statement, batch in ((sql.values, values), (sql.params, params), (sql.user_attrs, user),
+                                 (sql.system_attrs, system)):  # one executemany per table
             if batch:
-                session.execute(sqlalchemy.insert(model), batch)
-        return [row.number for row in stored]
+                connection.execute(statement, batch)
+        attrs = study_attrs(numbers)
+        stored = dict(connection.execute(sql.study_attr_ids, {"study": study_id, "keys": list(attrs)}).all())
+        for key, value in attrs.items():
+            if key in stored:
+                connection.execute(sql.study_attr_update, {"attr": stored[key], "value_json": json.dumps(value)})
+            else:
+                connection.execute(sql.study_attr, {"study_id": study_id, "key": key, "value_json": json.dumps(value)})
+        return numbers
+
+
+@functools.cache
+def _statements() -> SimpleNamespace:
+    """The statements of :func:`_insert` on Optuna's tables (built once: SQLAlchemy caches their compiled form)."""
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    bind = sqlalchemy.bindparam
+    studies, trials = models.StudyModel.__table__, models.TrialModel.__table__
+    attrs = models.StudyUserAttributeModel.__table__
+    return SimpleNamespace(
+        lock_study=sqlalchemy.select(studies.c.study_id).where(studies.c.study_id == bind("study")).with_for_update(),
+        trial=sqlalchemy.insert(trials),
+        trials_before=sqlalchemy.select(sqlalchemy.func.count()).where(trials.c.study_id == bind("study"),
+                                                                       trials.c.trial_id < bind("first")),
+        number=trials.update().where(trials.c.trial_id == bind("tid")).values(number=bind("new_number")),
+        value_repr=models.TrialValueModel.value_to_stored_repr,
+        values=sqlalchemy.insert(models.TrialValueModel.__table__),
+        params=sqlalchemy.insert(models.TrialParamModel.__table__),
+        user_attrs=sqlalchemy.insert(models.TrialUserAttributeModel.__table__),
+        system_attrs=sqlalchemy.insert(models.TrialSystemAttributeModel.__table__),
+        study_attr_ids=sqlalchemy.select(attrs.c.key, attrs.c.study_user_attribute_id).where(
+            attrs.c.study_id == bind("study"), attrs.c.key.in_(bind("keys", expanding=True))),
+        study_attr_update=attrs.update().where(attrs.c.study_user_attribute_id == bind("attr")),
+        study_attr=sqlalchemy.insert(attrs))
 
 
 def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | None, sampler: str = "nsga2",

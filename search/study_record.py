@@ -116,12 +116,12 @@ class StudyRecord:
     def on_front(self, number: int) -> bool:
         return any(row["trial"] == number for row in self.front_rows())
 
-    def save(self, study) -> None:
-        """The hypervolume history and the evaluations spent, as study user attributes (the dashboard shows
-        them)."""
-        study.set_user_attr("hypervolume", {"reference": self.progress.reference, "history": self.progress.history,
-                                            "note": "[completed trials, design-point evaluations, hypervolume]"})
-        study.set_user_attr("evaluations", self.evaluations)
+    def attributes(self) -> dict:
+        """The hypervolume history and the evaluations spent: the study user attributes it is saved as (the
+        dashboard shows them)."""
+        return {"hypervolume": {"reference": self.progress.reference, "history": self.progress.history,
+                                "note": "[completed trials, design-point evaluations, hypervolume]"},
+                "evaluations": self.evaluations}
 
 
 def hardware_point(row: dict):

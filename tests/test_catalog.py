@@ -110,3 +110,19 @@ def test_every_preset_cites_a_source():
     for kind in catalog.KINDS:
         for name in catalog.names(kind):
             assert catalog.load(kind, name).source.strip()
+
+
+def test_a_user_file_is_read_again_only_when_it_changes(tmp_path):
+    """A search loads its NoC file once per trial: the validated file is kept until the file changes (size or
+    modification time)."""
+    import os
+    from pathlib import Path
+
+    path = tmp_path / "mine.toml"
+    text = (Path(__file__).parents[1] / "search" / "spaces" / "nocs" / "mini8.toml").read_text()
+    path.write_text(text)
+    first = catalog.load("nocs", str(path))
+    assert catalog.load("nocs", str(path)) is first  # unchanged: the same validated object
+    path.write_text(text.replace('name = "mini8"', 'name = "mine8"'))  # same size
+    os.utime(path, ns=(1, 1))  # a modification time no earlier load saw
+    assert catalog.load("nocs", str(path)).name == "mine8" and first.name == "mini8"

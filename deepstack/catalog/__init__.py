@@ -7,6 +7,7 @@ Anywhere a preset name is taken, a path to the user's own ``.toml``/``.yaml``/``
 from __future__ import annotations
 
 import functools
+import os
 from importlib import resources
 from pathlib import Path
 
@@ -90,11 +91,21 @@ def _fresh(value):
 
 
 def load(kind: str, value: str):
-    """Validated preset or user file of one kind."""
-    from deepstack.schema import SCHEMAS, validate
-
+    """Validated preset or user file of one kind. A user file is read and validated again only when it changed
+    (its size or modification time): a search asks for its NoC file once per trial."""
     if not _is_path(value.strip()) and value.strip().lower() in names(kind):
         return _load_preset(kind, value.strip().lower())
+    try:
+        stamp = os.stat(value.strip())
+    except (OSError, ValueError):
+        return _load_file(kind, value, None)  # reports the problem as load_data does, one line
+    return _load_file(kind, value, (os.path.abspath(value.strip()), stamp.st_mtime_ns, stamp.st_size))
+
+
+@functools.lru_cache(maxsize=256)
+def _load_file(kind: str, value: str, stamp: tuple | None):
+    from deepstack.schema import SCHEMAS, validate
+
     return validate(SCHEMAS[KINDS[kind]], load_data(kind, value), origin=value)
 
 
