@@ -89,27 +89,31 @@ def assert_run_record(folder: Path, study: str) -> dict:
 MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
 
 
-def write_space(path: Path, *, chips=("standard", "strong-l2"), hops=(1.0, 2.0)) -> Path:
+def write_space(path: Path, *, chips=("standard", "strong-l2"), hops=(1.0, 2.0), model="llama-3.2-1b",
+                stacked=(2, 4), connected=(1, 2, 4), level_bw=(0.5, 1.0), fsdp=(False, True),
+                per_module: bool | None = None) -> Path:
     """A small space on the 8-device mini8 NoC: Llama-3.2-1B decode at batch 64; stackings (m, n) ∈ {(2,1),
     (2,2), (4,1), (4,2), (4,4)}, the given hop-latency scales and 2 bandwidth scales per level (2² per point);
-    every flat schedule, FSDP off and on. With the defaults: 2 chips × 5 stackings = 10 tier-1 points."""
+    every flat schedule, FSDP off and on. With the defaults: 2 chips × 5 stackings = 10 tier-1 points. The
+    keywords change one axis each (``per_module``: the schedule axis written only when given)."""
+    module_axis = "" if per_module is None else f"per_module = {str(per_module).lower()}\n"
     path.write_text(f"""kind = "space"
 name = "{path.stem}"
 [scenarios]
-models = ["llama-3.2-1b"]
+models = ["{model}"]
 phases = ["decode"]
 batches = [64]
 sequence_lengths = [[1024, 1024]]
 [hardware]
 chips = {json.dumps(list(chips))}
 nocs = [{json.dumps(str(MINI8))}]
-stacked_layers = [2, 4]
-connected_layers = [1, 2, 4]
+stacked_layers = {json.dumps(list(stacked))}
+connected_layers = {json.dumps(list(connected))}
 hop_latency_scale = {json.dumps(list(hops))}
-level_bw_scale = [0.5, 1.0]
+level_bw_scale = {json.dumps(list(level_bw))}
 [[hardware.sram]]
 name = "base"
 [schedule]
-fsdp = [false, true]
-""")
+fsdp = {json.dumps(list(fsdp))}
+{module_axis}""")
     return path

@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import MINI8
+from conftest import write_space
 
 from deepstack.models.evaluate import evaluate
 from deepstack.schema import Schedule
@@ -19,28 +17,9 @@ from deepstack.search.sweep.points import SweepTask, evaluate_hardware
 def _space(tmp_path, per_module: bool) -> str:
     """Qwen3-30B-A3B (128 routed experts) decode b64 on the 8 devices of mini8, one hardware point (Standard,
     m = n = 8: 16 GiB per device, enough for every strategy that the pruning rules keep)."""
-    path = tmp_path / f"moe8-{per_module}.toml"
-    path.write_text(f"""kind = "space"
-name = "moe8"
-[scenarios]
-models = ["qwen3-30b-a3b"]
-phases = ["decode"]
-batches = [64]
-sequence_lengths = [[1024, 1024]]
-[hardware]
-chips = ["standard"]
-nocs = [{json.dumps(str(MINI8))}]
-stacked_layers = [8]
-connected_layers = [8]
-hop_latency_scale = [1.0]
-level_bw_scale = [1.0]
-[[hardware.sram]]
-name = "base"
-[schedule]
-fsdp = [false]
-per_module = {str(per_module).lower()}
-""")
-    return str(path)
+    return str(write_space(tmp_path / f"moe8-{per_module}.toml", model="qwen3-30b-a3b", chips=("standard",),
+                           stacked=(8,), connected=(8,), hops=(1.0,), level_bw=(1.0,), fsdp=(False,),
+                           per_module=per_module))
 
 
 def _rows(ref: str) -> list[dict]:
