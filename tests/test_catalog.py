@@ -116,10 +116,11 @@ def test_a_user_file_is_read_again_only_when_it_changes(tmp_path):
     """A search loads its NoC file once per trial: the validated file is kept until the file changes (size or
     modification time)."""
     import os
-    from pathlib import Path
+
+    from conftest import MINI8
 
     path = tmp_path / "mine.toml"
-    text = (Path(__file__).parents[1] / "search" / "spaces" / "nocs" / "mini8.toml").read_text()
+    text = MINI8.read_text()
     path.write_text(text)
     first = catalog.load("nocs", str(path))
     assert catalog.load("nocs", str(path)) is first  # unchanged: the same validated object
