@@ -82,8 +82,9 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                     record.count(result, number, task, solved)
                 since = time.perf_counter()
                 record.progress.record(mirror.completed, record.evaluations)
-                clock["bookkeeping"] += time.perf_counter() - since
-                clock["store"] -= time.perf_counter() - since  # the lap below counts it too
+                spent = time.perf_counter() - since
+                clock["bookkeeping"] += spent
+                clock["store"] -= spent  # the lap below counts it too
                 return record.attributes()
 
             mirror.write(asked, account)  # one write: the batch and the study's attributes

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from deepstack.models import memo, tune_gc
-from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.search import pareto
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.schedules import evaluate_schedules
@@ -63,21 +62,15 @@ class InnerResult:
     evaluation_s: float
 
 
-def _capacity_B(task: InnerTask) -> float:
-    dev = device_of(task.problem.space, task.hardware)
-    return dev.dram.capacity_B if dev else 0.0
-
-
 def solve(task: InnerTask) -> InnerResult:
     """Evaluate the task's schedules on its hardware point and keep the point's Pareto set."""
     started = time.perf_counter()
     problem, hw = task.problem, task.hardware
-    if device_of(problem.space, hw) is None:
+    dev = device_of(problem.space, hw)
+    if dev is None:
         return InnerResult((), None, None, math.inf, 0, 0, time.perf_counter() - started)
     point = design_point(problem.space, hw, problem.scenario)
-    capacity_B = _capacity_B(task)
-    kept, _ = feasible_strategies(problem.scenario, point.devices, capacity_B)
-    strategies = space_schedules(problem.space, problem.scenario, kept, capacity_B)
+    strategies = space_schedules(problem.space, problem.scenario, point.devices, dev.dram.capacity_B)
     if task.only is not None:  # a screen; when no elite schedule fits this point, the exact solve instead
         wanted = set(task.only)
         strategies = [s for s in strategies if s.label in wanted] or strategies

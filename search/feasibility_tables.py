@@ -101,10 +101,7 @@ class FeasibilityTables:
         return tuple(self.bws[i] for i in digits[:levels])
 
     def _capacity_B(self, chip_name: str, m: int) -> float:
-        dram = catalog.load("chips", chip_name).device.dram
-        if dram.technology == "3d-stacked":
-            return dram.layer_capacity_GiB * 2**30 * m
-        return dram.capacity_B
+        return catalog.load("chips", chip_name).device.dram.capacity_at_B(m)
 
     def _memory_tables(self) -> dict[float, list[Strategy]]:
         tables = {}

@@ -44,13 +44,6 @@ def evaluate_schedules(point: DesignPoint, schedules: Iterable[Schedule], *, wit
             for candidate in with_schedules(point, schedules)]
 
 
-def folded_schedules(scenario: Scenario, strategies: Iterable[Strategy], capacity_B: float) -> list[Schedule]:
-    """Each flat strategy of a MoE model in its vLLM form, the MoE block's TP folded into EP
-    (:func:`~deepstack.models.parallel.strategies.expert_folded`), where that differs and fits in memory."""
-    folded = (expert_folded(scenario, strategy) for strategy in strategies)
-    return [schedule for schedule in folded if schedule is not None and fits(scenario, schedule, capacity_B)]
-
-
 @dataclass(frozen=True)
 class PointSchedule:
     """One schedule a hardware point is searched over: its row label (what sweeps and trials record, and what
@@ -67,12 +60,14 @@ def point_schedules(scenario: Scenario, strategies: Iterable[Strategy], capacity
     """The schedules one hardware point is searched over, the one list behind the best-schedule search, the
     sweeps, ``optimize``'s trials and the studies' flat family: every strategy given (those that survived the
     pruning rules and the memory check), then, with ``per_module`` and a MoE model, each one's vLLM form that
-    fits (:func:`folded_schedules`)."""
+    fits: the MoE block's TP folded into EP (:func:`~deepstack.models.parallel.strategies.expert_folded`) where
+    that differs from the flat strategy."""
     strategies = tuple(strategies)
     out = [PointSchedule(s.label, s.fsdp, s.to_schedule()) for s in strategies]
     if per_module:
+        folded = (expert_folded(scenario, strategy) for strategy in strategies)
         out += [PointSchedule(str(f), f.fsdp, f, folded=True)
-                for f in folded_schedules(scenario, strategies, capacity_B)]
+                for f in folded if f is not None and fits(scenario, f, capacity_B)]
     return out
 
 
@@ -87,7 +82,7 @@ class ScheduleSearch:
     evaluated: int  # strategies evaluated (those no rule pruned)
     pruned: dict[str, int]
     ranking: list[dict]  # the best few: schedule text and their objective values
-    folded: int = 0  # schedules evaluated besides them: strategies in vLLM's form (:func:`folded_schedules`)
+    folded: int = 0  # schedules evaluated besides them: strategies in vLLM's form (:func:`point_schedules`)
 
     def summary(self) -> dict:
         return {"strategies": self.considered, "evaluated": self.evaluated, "moe_tp_folded": self.folded,

@@ -139,10 +139,10 @@ def time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int, 
             window = int(min(window_steps, k_steps) * tk * tn * g.b_bytes)
             window_s, _ = weight_window_time_s(dev.dram, cols, int(k_len * tn * g.b_bytes), window, swizzle)
             bank_s = window_s * math.ceil(k_steps / window_steps)
-        bank_s += stream_time_s(dev.dram, a_B, min(g.k * g.a_bytes, dev.dram.row_B))
+        bank_s += stream_time_s(dev.dram, a_B, g.k * g.a_bytes)
         # an output tile: real_rows runs of tn elements, or one run when it spans whole output rows
         c_run = real_rows * g.n if tn >= g.n else tn
-        bank_s += stream_time_s(dev.dram, c_B, min(c_run * g.c_bytes, dev.dram.row_B))
+        bank_s += stream_time_s(dev.dram, c_B, c_run * g.c_bytes)
         in_flight = active * window_steps * ((0 if b_resident else tk * tn * g.b_bytes)
                                              + (0 if a_resident else tm * tk * g.a_bytes))
         dram_s = dram_time_s(dev, wave_B, in_flight, active, bank_s)
@@ -198,7 +198,7 @@ def time_attention(op: Attention, dev: DeviceSpec, head_block: int, bq: int, spl
     qo_tile_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
     waves = math.ceil(tiles / dev.pes)
     kinds = [(waves - 1, dev.pes), (1, tiles - (waves - 1) * dev.pes)] if waves > 1 else [(1, tiles)]
-    page_B = min(dev.dram.row_B, KV_PAGE_TOKENS * op.kv_token_bytes)
+    page_B = KV_PAGE_TOKENS * op.kv_token_bytes
     wave_timings, dram_total = [], 0.0
     for count, active in kinds:
         if count <= 0 or active <= 0:

@@ -93,13 +93,14 @@ def _fresh(value):
 def load(kind: str, value: str):
     """Validated preset or user file of one kind. A user file is read and validated again only when it changed
     (its size or modification time): a search asks for its NoC file once per trial."""
-    if not _is_path(value.strip()) and value.strip().lower() in names(kind):
-        return _load_preset(kind, value.strip().lower())
+    given = value.strip()
+    if not _is_path(given) and given.lower() in names(kind):
+        return _load_preset(kind, given.lower())
     try:
-        stamp = os.stat(value.strip())
+        stamp = os.stat(given)
     except (OSError, ValueError):
         return _load_file(kind, value, None)  # reports the problem as load_data does, one line
-    return _load_file(kind, value, (os.path.abspath(value.strip()), stamp.st_mtime_ns, stamp.st_size))
+    return _load_file(kind, value, (os.path.abspath(given), stamp.st_mtime_ns, stamp.st_size))
 
 
 @functools.lru_cache(maxsize=256)

@@ -131,7 +131,11 @@ class Stacked3DDram(DramEnergy):
 
     @property
     def capacity_B(self) -> float:
-        return units.GiB_to_B(self.layer_capacity_GiB) * self.stacked_layers
+        return self.capacity_at_B(self.stacked_layers)
+
+    def capacity_at_B(self, stacked_layers: int) -> float:
+        """Capacity with ``stacked_layers`` layers on the stack (a search varies m without building the chip)."""
+        return units.GiB_to_B(self.layer_capacity_GiB) * stacked_layers
 
     @property
     def peak_bw_Bps(self) -> float:
@@ -160,6 +164,10 @@ class HBMDram(DramEnergy):
     @property
     def capacity_B(self) -> float:
         return units.GiB_to_B(self.stack_capacity_GiB) * self.stacks
+
+    def capacity_at_B(self, stacked_layers: int) -> float:
+        """The same capacity whatever ``stacked_layers`` (HBM stacks are not layered by the search)."""
+        return self.capacity_B
 
     @property
     def peak_bw_Bps(self) -> float:

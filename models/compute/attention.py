@@ -127,7 +127,7 @@ def time_layouts(op: Attention, dev: DeviceSpec, head_block, bq, split, stages, 
     kv_tile_B = keys * op.kv_token_bytes
     qo_tile_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
     waves = ceil_div(tiles, dev.pes)
-    page_B = min(dev.dram.row_B, op.kv_token_bytes * (KV_PAGE_TOKENS if op.topk is None else 1))  # gathered: a token
+    page_B = op.kv_token_bytes * (KV_PAGE_TOKENS if op.topk is None else 1)  # gathered: a token
     l1_s = (kv_tile_B + qo_tile_B) / dev.l1_bw_B_per_cycle / clock  # fill and read ports work in parallel
     compute_s = tile_cycles / clock
     units_s = ((qk_cycles + pv_cycles) / clock, vector / dev.vector_flops_per_cycle / clock,

@@ -92,9 +92,9 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     # masked loads and stores move a tile's real rows only: a decode GEMM of 4 tokens in 16-row tiles reads
     # and writes 4 rows of activations, not 16 (the padding exists in the PE's buffers, not in DRAM)
     real_rows = m / row_blocks
-    a_segment = np.minimum(k * a_bytes, dev.dram.row_B)  # an activation row of K elements
+    a_segment = k * a_bytes  # an activation row of K elements (the stream law serves a longer run row by row)
     # an output tile is real_rows runs of tn elements, or one run when it spans whole output rows
-    c_segment = np.minimum(np.where(tn >= n, real_rows * n, tn) * c_bytes, dev.dram.row_B)
+    c_segment = np.where(tn >= n, real_rows * n, tn) * c_bytes
     row_major = dev.dram.weight_layout == "row_major"
     weight_run_B = row_major_transaction_B(tn, tk, k, split, b_bytes) if row_major else None
     streamed = ~b_res

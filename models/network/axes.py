@@ -91,20 +91,22 @@ def local_table(kind: type[Topology], n: int) -> np.ndarray:
 
 
 @memo.cached(maxsize=64)
-def _axis_digits(structure: Structure) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]:
+def _axis_digits(structure: Structure) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None], ...]:
     """Per axis, indexed by device id: its coordinate on the axis, the two terms of the copy of the axis a flow
     travels on (``lower[dst] + upper[src]``: in innermost-first dimension order the lower axes already hold the
     destination's digits, the higher ones still the source's; inside a group the lower digits pick no port),
-    and its block above ``exit_stride`` — looked up per flow instead of dividing every flow's ids again."""
+    and its block above ``exit_stride`` (None without one) — looked up per flow instead of dividing every flow's
+    ids again."""
     devices = np.arange(structure_devices(structure), dtype=np.int64)
     out = []
     for axis in axes(structure):
         coordinate = (devices // axis.stride) % axis.size
         lower = (devices % axis.stride) // axis.group
         upper = (axis.stride // axis.group) * (devices // (axis.stride * axis.size))
-        block = devices // axis.exit_stride if axis.exit_stride else devices
+        block = devices // axis.exit_stride if axis.exit_stride else None  # read only for a shared uplink
         for array in (coordinate, lower, upper, block):
-            array.flags.writeable = False
+            if array is not None:
+                array.flags.writeable = False
         out.append((coordinate, lower, upper, block))
     return tuple(out)
 

@@ -78,15 +78,20 @@ class _Layout(NamedTuple):
     microbatches: int  # decode: the PP microbatches a stage works through one at a time (1 without PP)
 
 
-def _layout(plan: Strategy | Schedule) -> _Layout:
+def _layout(plan: Strategy | Schedule, phase: str) -> _Layout:
+    """The plan as the footprint's memo key. A prefill's microbatches are its chunks, whatever the plan says, so
+    its key leaves the count out (1): plans differing only in it share one footprint."""
     if isinstance(plan, Strategy):
         module = _Module(plan.tp, plan.ep, plan.sp, plan.cp, plan.dp)
-        return _Layout(module, module, plan.pp, plan.fsdp, plan.tp, plan.pp)
-    a, f = plan.attention, plan.ffn
-    dense_tp = a.tp if plan.dense_on_attention else f.tp
-    # a tuned count is never below the pipeline's depth (pp: the largest microbatches, the footprint to check)
-    return _Layout(_Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp), plan.pp, plan.fsdp,
-                   dense_tp, plan.microbatches or plan.pp)
+        attention = ffn = module
+        fsdp, dense_tp, microbatches = plan.fsdp, plan.tp, plan.pp
+    else:
+        a, f = plan.attention, plan.ffn
+        attention, ffn = _Module(a.tp, a.ep, a.sp, a.cp, a.dp), _Module(f.tp, f.ep, f.sp, f.cp, f.dp)
+        fsdp, dense_tp = plan.fsdp, a.tp if plan.dense_on_attention else f.tp
+        # a tuned count is never below the pipeline's depth (pp: the largest microbatches, the footprint to check)
+        microbatches = plan.microbatches or plan.pp
+    return _Layout(attention, ffn, plan.pp, fsdp, dense_tp, microbatches if phase == "decode" else 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +300,7 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
     Returns:
         The footprint of the pipeline stage with the largest total.
     """
-    layout = _layout(plan)
+    layout = _layout(plan, scenario.phase)
     if scenario.phase == "decode":
         return _footprint(scenario, layout, None)
     return _footprint(scenario, layout, budget_for(scenario, layout, capacity_B, reserve))
@@ -340,7 +345,8 @@ def fits(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float, reser
         capacity_B: DRAM per device, bytes.
         reserve: Fraction kept free (default 10 %, docs/calibration.md §1).
     """
-    return _smallest_footprint(scenario, _layout(plan)).total_B <= usable_capacity_B(capacity_B, reserve)
+    needed_B = _smallest_footprint(scenario, _layout(plan, scenario.phase)).total_B
+    return needed_B <= usable_capacity_B(capacity_B, reserve)
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -359,7 +365,7 @@ def _feasible(
         pruned = prune_reason(scenario, strategy)
         if pruned is not None:
             dropped[pruned[0]] += 1
-        elif limit is not None and _smallest_footprint(scenario, _layout(strategy)).total_B > limit:
+        elif limit is not None and _smallest_footprint(scenario, _layout(strategy, scenario.phase)).total_B > limit:
             dropped[MEMORY_RULE] += 1
         else:
             kept.append(strategy)

@@ -25,7 +25,7 @@ def prefill_budget(scenario: Scenario, plan: Strategy | Schedule, capacity_B: fl
     fits: the memory check then fails); without a capacity, the default
     (:func:`~deepstack.models.parallel.chunks.choose_budget`).
     """
-    return budget_for(scenario, _layout(plan), capacity_B, reserve)
+    return budget_for(scenario, _layout(plan, scenario.phase), capacity_B, reserve)
 
 
 @memo.cached(maxsize=_SCENARIO_CACHE)

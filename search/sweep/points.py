@@ -59,16 +59,11 @@ def _scenario(text: str) -> Scenario:
     return Scenario.model_validate_json(text)
 
 
-def _capacity_B(hw: HardwarePoint) -> float:
-    dram = catalog.load("chips", hw.chip).device.dram
-    if dram.technology == "3d-stacked":
-        return dram.layer_capacity_GiB * 2**30 * hw.stacked_layers
-    return dram.capacity_B
-
-
-def space_schedules(space: DesignSpace, scenario: Scenario, kept, capacity_B: float) -> list[PointSchedule]:
-    """The schedules a space searches on one hardware point: the strategies that fit (``kept``) with the space's
-    FSDP choices, and with ``per_module`` each MoE strategy's vLLM form too (:func:`point_schedules`)."""
+def space_schedules(space: DesignSpace, scenario: Scenario, devices: int, capacity_B: float) -> list[PointSchedule]:
+    """The schedules a space searches on one hardware point of ``devices`` devices with ``capacity_B`` of DRAM
+    each: the strategies that pass the pruning rules and fit memory, with the space's FSDP choices, and with
+    ``per_module`` each MoE strategy's vLLM form too (:func:`point_schedules`)."""
+    kept, _ = feasible_strategies(scenario, devices, capacity_B)
     strategies = [strategy for strategy in kept if strategy.fsdp in space.schedule.fsdp]
     return point_schedules(scenario, strategies, capacity_B, space.schedule.per_module)
 
@@ -78,11 +73,11 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     space = load_space(task.space_ref)
     scenario = _scenario(task.scenario_json)
     hw = task.hardware
-    if device_of(space, hw) is None:
+    dev = device_of(space, hw)
+    if dev is None:
         return []
     point = design_point(space, hw, scenario)
-    kept, _ = feasible_strategies(scenario, point.devices, _capacity_B(hw))
-    candidates = space_schedules(space, scenario, kept, _capacity_B(hw))
+    candidates = space_schedules(space, scenario, point.devices, dev.dram.capacity_B)
     evaluated = evaluate_schedules(point, [c.schedule for c in candidates], with_ttft=task.with_ttft)
     hardware = hw.as_dict()
     columns = [k for k in METRIC_COLUMNS if task.with_ttft or k != "ttft_s"]  # untimed TTFT: no NaN column
