@@ -127,6 +127,22 @@ def test_unconnected_layers_cost_no_logic_area(name):
     assert deep.dram.capacity_B == pytest.approx(2 * base.dram.capacity_B)
 
 
+@pytest.mark.parametrize("name", ["standard", "strong-l2", "h200-star"])
+def test_the_searches_capacity_at_m_is_the_devices(name):
+    """The capacity the searches read off a chip at m stacked layers (before any device is built: the CP-SAT
+    memory table) is the resolved device's: m layers × 2 GiB on a 3D stack (1 → 2 GiB, 10 → 20 GiB); HBM keeps
+    its stacks' 141 GiB whatever m."""
+    chip = _chip(name)
+    dram = chip.device.dram
+    if dram.technology == "hbm":
+        assert dram.capacity_at_B(7) == dram.capacity_B == 141 * GiB
+        assert resolve_device(chip).dram.capacity_B == 141 * GiB
+        return
+    for m in (1, 4, 10):
+        assert dram.capacity_at_B(m) == m * 2 * GiB
+        assert resolve_device(chip, m, min(m, 4), _tms1()).dram.capacity_B == m * 2 * GiB
+
+
 def test_connecting_more_layers_costs_area():
     """The converse: connecting the 4 extra layers pays controller/PHY and peripheral area for 4 × 409.375 GB/s
     (4 · (0.409375 · 3.0 + 1.736) = 11.86 mm² more DRAM interface), so fewer PEs fit."""

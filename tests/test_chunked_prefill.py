@@ -218,6 +218,17 @@ def test_memory_per_device_falls_with_the_budget():
     assert all(smaller < larger for larger, smaller in itertools.pairwise(totals))
 
 
+def test_a_prefill_footprint_ignores_the_pp_microbatch_count():
+    # A prefill's microbatches are its chunks: the count a schedule names matters to decode only, where a stage
+    # holds one microbatch's activations (llama-3.2-1b b8 on pp=2: 8 / 2 = 4 tokens against 8 / 4 = 2 in flight)
+    def footprint(phase: str, microbatches: int):
+        return memory_footprint(_scenario(phase=phase), Schedule.parse(f"pp=2,microbatches={microbatches}"))
+    assert footprint("prefill", 2) == footprint("prefill", 4)
+    decode_2, decode_4 = footprint("decode", 2), footprint("decode", 4)
+    assert decode_2.activations_B == 2 * decode_4.activations_B
+    assert (decode_2.weights_B, decode_2.kv_cache_B) == (decode_4.weights_B, decode_4.kv_cache_B)
+
+
 # --- the automatic budget --------------------------------------------------------------------------------------
 
 # llama-3.2-1b b8 × 1,024 on one device (see test_activations_are_one_chunk_and_the_kv_cache_the_whole_batch):
