@@ -45,9 +45,7 @@ def sram_option(options: dict, name: str) -> SramOption | None:
         if name == "base":
             return None
         raise UserInputError(f"--front: the file does not define SRAM option {name!r} (written by an older deepstack?)")
-    option = SramOption.model_validate(options[name])
-    plain = option.name == "base" and option.l1_KiB is None and option.l2_MiB is None and option.l1_bw_scale == 1.0
-    return None if plain else option
+    return SramOption.model_validate(options[name]).override()
 
 
 def design_point_of(scenario: Scenario, options: dict, row: dict, nocs: dict | None = None) -> DesignPoint:

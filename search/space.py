@@ -139,15 +139,18 @@ def scaled_network(noc: str | Network, hop_latency_scale: float, level_bw_scales
     return base.model_copy(update={"levels": levels, "name": f"{base.name if isinstance(noc, Network) else noc}*"})
 
 
+def sram_option(space: DesignSpace, hw: HardwarePoint):
+    """The hardware point's SRAM option of the space, or None for the chip's own SRAM (the option "base" that
+    changes nothing)."""
+    return next(option for option in space.hardware.sram if option.name == hw.sram).override()
+
+
 def design_point(space: DesignSpace, hw: HardwarePoint, scenario: Scenario,
                  schedule: Schedule | None = None) -> DesignPoint:
-    sram = next(option for option in space.hardware.sram if option.name == hw.sram)
     return DesignPoint(
         chip=catalog.load("chips", hw.chip), scenario=scenario, schedule=schedule or Schedule(),
         network=scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
-        stacked_layers=hw.stacked_layers, connected_layers=hw.connected_layers,
-        sram=None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
-        and sram.l1_bw_scale == 1.0 else sram,
+        stacked_layers=hw.stacked_layers, connected_layers=hw.connected_layers, sram=sram_option(space, hw),
     )
 
 

@@ -92,6 +92,20 @@ def test_full_row_streams_cost_less_per_byte_than_random_accesses(chip):
     assert dram_model.access_energy_J(dram, 0, 32) == 0.0
 
 
+def test_energy_opens_the_rows_the_stream_law_times():
+    """One count of row openings for time and energy: a transaction longer than a 2 KiB row is served as its rows
+    by successive banks, so 10,000 B read in 3,072 B (1.5-row) transactions open ⌈10,000 / 2,048⌉ = 5 rows, 0.1171875
+    beyond the stream's 4.8828125 (not 2 per transaction, 6.5 rows); 128 B transactions open ⌈10,000 / 128⌉ = 79."""
+    dram = resolve_device(catalog.load("chips", "standard")).dram
+    assert dram.row_B == 2048
+    assert float(dram_model.row_pieces(dram, 10_000, 3_072)[1]) == 5
+    assert dram_model.extra_rows_opened(dram, 10_000, 3_072) == 5 - 10_000 / 2048 == 0.1171875
+    assert dram_model.extra_rows_opened(dram, 10_000, 128) == 79 - 10_000 / 2048
+    assert dram_model.extra_rows_opened(dram, 0, 128) == 0.0
+    assert dram_model.access_energy_J(dram, 10_000, 3_072) == pytest.approx(
+        10_000 * dram.transfer_J_per_B + 5 * dram.activation_J_per_row, rel=1e-15)
+
+
 COUNTS = st.floats(min_value=0, max_value=1e12, allow_nan=False)
 
 

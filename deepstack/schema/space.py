@@ -22,6 +22,12 @@ class SramOption(Frozen):
     l1_bw_scale: float = Field(1.0, gt=0, le=64)
     l2_MiB: float | None = Field(None, gt=0, le=1e5)
 
+    def override(self) -> SramOption | None:
+        """The option as the evaluator takes it: None for "base" when it changes nothing of the chip (so a
+        design point with it is the chip's own, memo tables included)."""
+        unchanged = self.l1_KiB is None and self.l2_MiB is None and self.l1_bw_scale == 1.0
+        return None if self.name == "base" and unchanged else self
+
 
 class ScenarioAxes(Frozen):
     models: tuple[str, ...] = Field(min_length=1)

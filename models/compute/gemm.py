@@ -12,7 +12,6 @@ plain arithmetic, and the tests check both agree to the last digit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -185,10 +184,9 @@ def row_major_transaction_B(tn, tk, k, split, b_bytes):
 def _extra_rows(dev: DeviceSpec, weight_B: float, transaction_B: float) -> float:
     """Row activations beyond a full-row stream's one per row: row-major weights read ``transaction_B`` contiguous
     bytes per access, each opening its row (the energy side of the transaction curve; tiled weights open none extra)."""
-    if dev.dram.weight_layout != "row_major" or weight_B <= 0:
+    if dev.dram.weight_layout != "row_major":
         return 0.0
-    row = dev.dram.row_B
-    return max(0.0, weight_B / transaction_B * math.ceil(transaction_B / row) - weight_B / row)
+    return dram_model.extra_rows_opened(dev.dram, weight_B, transaction_B)
 
 
 def _make_record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTiming:

@@ -129,16 +129,24 @@ def window_service_times_s(dram: DramSpec, blocks, stride_B, window_B, swizzle: 
     return _service_times_s(dram, owner, len(blocks), block * stride[owner], lengths, offsets)[0]
 
 
+def row_pieces(dram: DramSpec, total_B, segment_B):
+    """(bytes per piece, pieces) of ``total_B`` bytes read as ``segment_B``-byte transactions, each piece opening
+    a row of its own: a transaction of at most a row is one piece; a longer one is its rows, each in the next bank
+    (rows interleave across banks). The one count of row openings the stream law's time and the DRAM energy
+    share. Element-wise on numpy arrays."""
+    total = np.asarray(total_B, dtype=float)
+    piece = np.maximum(1.0, np.minimum(np.minimum(segment_B, dram.row_B), total))
+    return piece, np.ceil(total / piece)
+
+
 def stream_time_s(dram: DramSpec, total_B, segment_B):
     """Time (s) to stream ``total_B`` bytes laid out contiguously, issued as ``segment_B``-byte transactions
     spread round-robin over the banks (the best case of a well-laid-out tensor); a transaction longer than a
     row is served as its rows by successive banks. Element-wise on numpy arrays; on floats it returns a numpy
     float."""
     total = np.asarray(total_B, dtype=float)
-    # a transaction longer than a row is its rows, each in the next bank (rows interleave across banks): the
-    # banks serve row-sized pieces of it, each opening its row
-    piece = np.maximum(1.0, np.minimum(np.minimum(segment_B, dram.row_B), total))
-    per_bank = np.ceil(np.ceil(total / piece) / dram.banks)
+    piece, pieces = row_pieces(dram, total, segment_B)
+    per_bank = np.ceil(pieces / dram.banks)
     bytes_per_bank = np.minimum(per_bank * piece, total)
     busy = bytes_per_bank / dram.bank_bw_Bps + per_bank * dram.row_overhead_s
     if dram.interleave_ways > 1:
@@ -158,13 +166,20 @@ def wave_dram_time_s(dram: DramSpec, bytes_B, in_flight_B, l1_fill_Bps, bank_s):
 
 def access_energy_J(dram: DramSpec, bytes_B: float, transaction_B: float) -> float:
     """Energy (J) of moving ``bytes_B`` in ``transaction_B``-byte transactions (docs/calibration.md §3): every byte
-    pays the transfer, every transaction opens the ⌈s / row⌉ rows it touches. A full-row stream opens one row per
+    pays the transfer, every row piece (:func:`row_pieces`) opens its row. A full-row stream opens one row per
     row of data (row-buffer hits amortise the activation); a random 32-byte access opens a whole row for 32 bytes."""
     if bytes_B <= 0:
         return 0.0
-    size = max(1.0, min(transaction_B, bytes_B))
-    rows_opened = math.ceil(bytes_B / size) * math.ceil(size / dram.row_B)
-    return bytes_B * dram.transfer_J_per_B + rows_opened * dram.activation_J_per_row
+    rows = float(row_pieces(dram, bytes_B, transaction_B)[1])
+    return bytes_B * dram.transfer_J_per_B + rows * dram.activation_J_per_row
+
+
+def extra_rows_opened(dram: DramSpec, bytes_B: float, transaction_B: float) -> float:
+    """Row openings of ``bytes_B`` read in ``transaction_B``-byte transactions beyond a full-row stream's one per
+    row of data (:func:`stream_energy_J_per_B` charges those): the partial-row transactions' own activations."""
+    if bytes_B <= 0:
+        return 0.0
+    return max(0.0, float(row_pieces(dram, bytes_B, transaction_B)[1]) - bytes_B / dram.row_B)
 
 
 def stream_energy_J_per_B(dram: DramSpec) -> float:

@@ -12,7 +12,7 @@ from deepstack.models import memo, tune_gc
 from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.schedules import PointSchedule, evaluate_schedules, point_schedules
-from deepstack.search.space import HardwarePoint, design_point, load_space, scaled_network
+from deepstack.search.space import HardwarePoint, design_point, load_space, scaled_network, sram_option
 
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c",
                   "power_density_W_per_mm2", "frequency_ghz", "memory_gib")
@@ -31,13 +31,10 @@ def device_of(space: DesignSpace, hw: HardwarePoint):
     decides, as in the CP-SAT tables)."""
     from deepstack.models.hardware.device import resolve_device
 
-    sram = next(o for o in space.hardware.sram if o.name == hw.sram)
-    chip = catalog.load("chips", hw.chip)
     try:
-        return resolve_device(chip, hw.stacked_layers, hw.connected_layers,
+        return resolve_device(catalog.load("chips", hw.chip), hw.stacked_layers, hw.connected_layers,
                               scaled_network(hw.noc, hw.hop_latency_scale, hw.level_bw_scales),
-                              None if sram.name == "base" and sram.l1_KiB is None and sram.l2_MiB is None
-                              and sram.l1_bw_scale == 1.0 else sram)
+                              sram_option(space, hw))
     except UserInputError:
         return None
 
