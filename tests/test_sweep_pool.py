@@ -76,3 +76,29 @@ def test_affinity_order_puts_points_that_time_alike_next_to_each_other():
     for count in set(pes):
         assert [p for p in ordered if device_of(space, p).pes == count] == [
             p for p in variants if device_of(space, p).pes == count]
+
+
+def test_a_points_sram_option_resolves_alike_in_the_sweep_and_in_evaluate():
+    """The paper space's SRAM options as the evaluator takes them: "base" (no override) is the chip's own SRAM
+    (None), the others apply per PE; the sweep's device and the design point `evaluate` builds are the same device."""
+    from deepstack.models.hardware.device import resolve_device
+    from deepstack.schema import Scenario
+    from deepstack.search.space import base_points, design_point, load_space, sram_option
+
+    space = load_space("paper")
+    points = {p.sram: p for p in base_points(space) if p.chip == "standard" and p.noc == "tms1"
+              and p.stacked_layers == 4 and p.connected_layers == 4}
+    assert set(points) == {"base", "l1-512KiB", "l1-bw-2x"}
+    assert sram_option(space, points["base"]) is None
+    assert sram_option(space, points["l1-512KiB"]).l1_KiB == 512
+    assert sram_option(space, points["l1-bw-2x"]).l1_bw_scale == 2.0
+    scenario = Scenario(model="deepseek-v3", phase="decode", batch=4)
+    l1 = {}
+    for name, hw in points.items():
+        dp = design_point(space, hw, scenario)
+        dev = device_of(space, hw)
+        assert dev == resolve_device(dp.chip, dp.stacked_layers, dp.connected_layers, dp.network, dp.sram)
+        l1[name] = (dev.l1_B, dev.l1_bw_Bps / dev.pes)  # per PE: a larger or faster L1 may cost PEs
+    base_l1_B, base_bw = l1["base"]
+    assert l1["l1-512KiB"] == (512 * 1024, base_bw) and base_l1_B < 512 * 1024
+    assert l1["l1-bw-2x"] == (base_l1_B, 2 * base_bw)
