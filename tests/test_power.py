@@ -115,6 +115,20 @@ def _timing(**counts):
     return SimpleNamespace(**(zero | counts))
 
 
+@given(rows=st.integers(min_value=1, max_value=4096), tail=st.integers(min_value=0, max_value=2047),
+       small=st.integers(min_value=1, max_value=2048), large=st.integers(min_value=1, max_value=2048))
+def test_no_transaction_size_opens_fewer_rows_than_a_full_row_stream(rows, tail, small, large):
+    """A stream of any length opens at least its rows' worth (never negative extra), the extra openings fall as
+    the transactions grow up to a row, and any transaction of a row or more opens exactly the rows the data
+    touches (⌈bytes / row⌉)."""
+    dram = resolve_device(catalog.load("chips", "standard")).dram
+    total = rows * dram.row_B + tail
+    small, large = min(small, large), max(small, large)
+    assert 0.0 <= dram_model.extra_rows_opened(dram, total, large) <= dram_model.extra_rows_opened(dram, total, small)
+    for longer in (dram.row_B, dram.row_B + 1, 3 * dram.row_B):
+        assert float(dram_model.row_pieces(dram, total, longer)[1]) == math.ceil(total / dram.row_B)
+
+
 def test_partial_row_transactions_open_rows_of_their_own():
     """Row-major weights read 128 B per access from 2 KiB rows: 1 MiB streamed opens 8,192 rows instead of 512,
     so the DRAM energy is 1 MiB × the stream's J/B plus 7,680 more activations (the row-major layout's energy)."""
