@@ -39,7 +39,7 @@ def design_id(row: dict) -> str:
     return "d" + hashlib.sha256(json.dumps(design, default=float).encode()).hexdigest()[:10]
 
 
-def sram_option(options: dict, name: str) -> SramOption | None:
+def front_sram_option(options: dict, name: str) -> SramOption | None:
     """The row's SRAM option as the evaluator takes it (None: the chip's own SRAM)."""
     if name not in options:
         if name == "base":
@@ -60,7 +60,7 @@ def design_point_of(scenario: Scenario, options: dict, row: dict, nocs: dict | N
                        network=scaled_network(noc, float(row["hop_latency_scale"]), tuple(map(float, bws))),
                        stacked_layers=_int(row.get("stacked_layers")),
                        connected_layers=_int(row.get("connected_layers")),
-                       sram=sram_option(options, row["sram"]))
+                       sram=front_sram_option(options, row["sram"]))
 
 
 def _int(value) -> int | None:

@@ -179,7 +179,7 @@ def extra_rows_opened(dram: DramSpec, bytes_B: float, transaction_B: float) -> f
     row of data (:func:`stream_energy_J_per_B` charges those): the partial-row transactions' own activations."""
     if bytes_B <= 0:
         return 0.0
-    return max(0.0, float(row_pieces(dram, bytes_B, transaction_B)[1]) - bytes_B / dram.row_B)
+    return float(row_pieces(dram, bytes_B, transaction_B)[1]) - bytes_B / dram.row_B  # ⌈bytes/piece⌉ ≥ bytes/row
 
 
 def stream_energy_J_per_B(dram: DramSpec) -> float:
