@@ -95,6 +95,14 @@ def matrix_pj_per_flop(scenario: Scenario, gpu: bool) -> float | None:
     return None
 
 
+def fsdp_counts_gathered_layer(scenario: Scenario) -> bool:
+    """Whether the memory check holds an FSDP device's one fully gathered layer beside its shards. The paper's
+    check counts "model weights, KV cache, and peak activations" (§4.2.3), FSDP's weights as its shards (§3.3.1:
+    FSDP "further shards weights on top of DP"): under the paper set the layer being used is not counted
+    (inferred from the list, not stated). By default it is: a device must hold the whole layer it computes."""
+    return not uses(scenario, "fsdp_shards_only")
+
+
 def reads_all_local_experts(scenario: Scenario) -> bool:
     """Under the paper set a device's MoE step streams the weights of every expert it holds: routing (the
     recorded trace, paper §4.2.1) sets how many tokens each expert and device gets and what the all-to-all moves,

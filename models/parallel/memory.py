@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from deepstack.errors import UserInputError
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.models.parallel.chunks import MIN_PREFILL_CHUNK_TOKENS, PrefillChunks, choose_budget, prefill_chunks
 from deepstack.models.parallel.strategies import (
     PRUNING_RULES,
@@ -250,7 +250,8 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
             units = [vocab_shard] if first or last else []
             units += [attention_layer + dense_layer] if n_dense else []
             units += [attention_layer + moe_shared + moe_routed] if n_moe else []
-            gathered = FSDP_GATHERED_LAYERS * max(units, default=0)
+            held = FSDP_GATHERED_LAYERS if assumptions.fsdp_counts_gathered_layer(scenario) else 0
+            gathered = held * max(units, default=0)
             weights = side / (att.dp * att.ep) + ffn_shared / (ffn.dp * ffn.ep) + routed / ffn.dp + gathered
         else:
             weights = side + ffn_shared + routed
@@ -277,7 +278,8 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
     - Weights: the stage's layers (vLLM split, :func:`pipeline_stage_layers`); attention / TP, dense FFN / TP,
       routed experts / (EP·TP), shared experts / TP; router, norms and MLA down-projections replicated;
       vocab-parallel embeddings on the first stage and LM head + final norm on the last. With FSDP, weights
-      are sharded over DP (DP·EP for non-expert weights) plus one fully gathered layer. Every parameter is
+      are sharded over DP (DP·EP for non-expert weights) plus one fully gathered layer (the shards alone under
+      the paper set, :func:`~deepstack.models.assumptions.fsdp_counts_gathered_layer`). Every parameter is
       stored at ``precision.weight_bytes`` (norms and router kept wider in practice are a rounding error).
     - KV cache: ⌈batch / (DP·EP)⌉ requests × ⌈tokens / (SP·CP)⌉ × per-token elements per layer (split by TP
       for GQA/MQA/MHA, MLA latent replicated) × layers × ``precision.kv_bytes``, plus DSA's FP8 indexer keys
