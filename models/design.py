@@ -25,6 +25,9 @@ class DesignPoint:
         connected_layers: DRAM layers with their own bandwidth to the logic die (n); None keeps the chip's.
         sram: an SRAM option overriding the chip's L1/L2; None keeps the chip's.
         noc_bw_scale: multiplies the chip's NoC bandwidth (and area).
+        named_ambient_c: the coolant the scenario named (set when the point is made, kept by
+            ``dataclasses.replace``): the cooling environment leaves the scenario, but whether it was named decides
+            the ambient the junction is judged at (:attr:`judged_ambient_c`).
     """
 
     chip: ChipArchitecture
@@ -35,6 +38,7 @@ class DesignPoint:
     connected_layers: int | None = None
     sram: SramOption | None = None
     noc_bw_scale: float = 1.0
+    named_ambient_c: float | None = None
 
     def __post_init__(self) -> None:
         """The scenario's cooling environment (``ambient_c``, ``max_temp_c``) goes onto the chip's ``thermal``
@@ -44,8 +48,17 @@ class DesignPoint:
         object.__setattr__(self, "chip", assumptions.chip_under(sc, self.chip))
         if sc.ambient_c is None and sc.max_temp_c is None:
             return
+        if sc.ambient_c is not None:
+            object.__setattr__(self, "named_ambient_c", sc.ambient_c)
         object.__setattr__(self, "chip", cooled(self.chip, sc.ambient_c, sc.max_temp_c))
         object.__setattr__(self, "scenario", workload_of(sc))
+
+    @property
+    def judged_ambient_c(self) -> float:
+        """The ambient the junction temperature is judged at: a named coolant, else the assumption set's."""
+        if self.named_ambient_c is not None:
+            return self.named_ambient_c
+        return assumptions.junction_ambient_c(self.scenario, self.chip.thermal.ambient_c)
 
     @property
     def devices(self) -> int:

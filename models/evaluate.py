@@ -114,7 +114,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     idle = idle_devices(s, scenario.batch, devices)
     system_power_w = power_w * (devices - idle) + gpu_power.idle_power_w(dev) * idle
     layers = dev.dram.stacked_layers if dev.is_3d else 0
-    ambient_c = assumptions.junction_ambient_c(scenario, dev.ambient_c)
+    ambient_c = point.judged_ambient_c
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
     memory = memory_footprint(scenario, s)
     violations = []

@@ -125,7 +125,7 @@ def coefficients(device, matrix_pj_per_flop: float | None = None) -> EnergyCoeff
     node = device.process_nm
     return EnergyCoefficients(
         matrix_J_per_flop=(matrix_energy_J_per_flop(node) if matrix_pj_per_flop is None
-                           else matrix_pj_per_flop * PJ),  # an assumption set's figure, at the chip's node
+                           else matrix_pj_per_flop * PJ),  # an assumption set's figure, unscaled by node
         vector_J_per_flop=vector_energy_J_per_flop(node),
         sfu_J_per_op=sfu_energy_J_per_op(node),
         l0_J_per_B=sram_energy_J_per_B(8 * 1024, node),

@@ -119,6 +119,19 @@ def test_paper_judges_the_junction_at_35_c_with_the_clock_of_the_anchor():
     assert without.hardware.ambient_c == 25.0 and without.metrics.power_w == ours.metrics.power_w
 
 
+def test_a_named_coolant_sets_clock_and_junction_under_the_paper_set():
+    # a coolant the scenario names is the ambient of both the clock and the junction, in either set: the point
+    # moves it onto the chip, and still judges the junction at it (not at the paper's 35 °C)
+    ours = _one_chip(1, "tp=1", phase="prefill", input_len=16, assumptions="paper", ambient_c=45.0)
+    assert ours.hardware.ambient_c == 45.0
+    assert ours.metrics.temperature_c == pytest.approx(45.0 + 0.60 * ours.metrics.power_w, rel=1e-12)
+    point = DesignPoint(chip=catalog.load("chips", "standard"),
+                        scenario=Scenario(model="llama-3.2-1b", phase="prefill", batch=1, input_len=16,
+                                          assumptions="paper", ambient_c=45.0))
+    assert point.judged_ambient_c == 45.0
+    assert dataclasses.replace(point, schedule=Schedule.parse("tp=1")).judged_ambient_c == 45.0
+
+
 def test_paper_designs_above_the_limit_are_infeasible():
     # a 4-layer cluster at its 100 W cap sits at 35 + (0.56 + 0.04)·100 = 95 °C under the paper's rule
     from deepstack.models import thermal

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from deepstack.accuracy.paper_studies import study_findings
 from deepstack.search.studies.baseline import paper_findings
 from deepstack.search.studies.provenance import code_digest, digest_of
@@ -129,3 +131,25 @@ def test_the_thermal_runner_answers_r17_r18_at_the_sets_coolant(cli, tmp_path):
     assert "at 25 °C, static DVFS" in found["R18"]["what"]
     assert found["R18"]["ours"].endswith("(0 designs above the limit)") and found["R18"]["verdict"] == "fails"
     assert found["R17"]["verdict"] == "fails"
+
+
+def test_the_thermal_runner_judges_the_paper_sets_35_c_by_the_papers_rule():
+    """Under the paper set the runner's 35 °C column keeps the anchor's clock and judges the junction at
+    35 °C + R(4)·P: a Standard cluster on its 100 W cap sits at 35 + 0.60·100 = 95 °C, above the limit. With the
+    35 °C choice off the coolant is named, and DVFS holds the same design at 85 °C on the thermal wall."""
+    from deepstack.models import dvfs
+    from deepstack.search.studies.cells import Cell
+    from deepstack.search.studies.temperatures import ThermalCell, evaluate_thermal_cell
+
+    noc = str(Path(__file__).resolve().parents[1] / "search" / "spaces" / "nocs" / "mini8.toml")
+
+    def row(assumptions):
+        cell = Cell("standard", noc, "llama-3.2-1b", "prefill", 64, 1024, 1024, None, 4, 4, ("stps",), assumptions)
+        (only,) = evaluate_thermal_cell(ThermalCell(cell, (35.0,), None))
+        return only
+
+    paper, named = row("paper"), row("paper-without-junction_35c")
+    assert paper["clock_limit"] == dvfs.ABOVE_LIMIT and paper["power_w_per_device"] == pytest.approx(100.0)
+    assert paper["temperature_c"] == pytest.approx(35.0 + 0.60 * 100.0)
+    assert named["clock_limit"] == dvfs.THERMAL_WALL and named["temperature_c"] == pytest.approx(85.0)
+    assert named["clock_share"] < paper["clock_share"]

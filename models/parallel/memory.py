@@ -234,6 +234,7 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
     sizes = pipeline_stage_layers(model.layers, layout.pp)
     starts = tuple(itertools.accumulate(sizes, initial=0))
     worst: tuple[float, int, float, float, float] | None = None  # (total, stage, weights, KV, activations)
+    gathered_layers = FSDP_GATHERED_LAYERS if assumptions.fsdp_counts_gathered_layer(scenario) else 0
     for stage in _representative_stages(sizes, starts, model.dense_layers):
         count = sizes[stage]
         n_dense = max(0, min(starts[stage + 1], model.dense_layers) - starts[stage])
@@ -250,7 +251,7 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
             units = [vocab_shard] if first or last else []
             units += [attention_layer + dense_layer] if n_dense else []
             units += [attention_layer + moe_shared + moe_routed] if n_moe else []
-            held = FSDP_GATHERED_LAYERS if assumptions.fsdp_counts_gathered_layer(scenario) else 0
+            held = gathered_layers
             gathered = held * max(units, default=0)
             weights = side / (att.dp * att.ep) + ffn_shared / (ffn.dp * ffn.ep) + routed / ffn.dp + gathered
         else:

@@ -13,7 +13,7 @@ import numpy as np
 from deepstack import catalog
 from deepstack.accuracy.paper import FAILS, HOLDS
 from deepstack.errors import UserInputError
-from deepstack.models import dvfs
+from deepstack.models import assumptions, dvfs
 from deepstack.models.assumptions import PAPER_AMBIENT_C
 from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import resolve_device
@@ -71,8 +71,8 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
                               origin="study scenario", assumptions=c.assumptions)
     rows = []
     for policy, ambient in ((p, a) for p in task.policies for a in task.ambients_c):
-        design = with_policy(common.point(c.chip, workload.with_cooling(ambient, task.max_temp_c), c.noc,
-                                          c.stacked_layers, c.connected_layers), policy)
+        cooled = workload.with_cooling(_named_coolant(workload, ambient), task.max_temp_c)
+        design = with_policy(common.point(c.chip, cooled, c.noc, c.stacked_layers, c.connected_layers), policy)
         base = {"dvfs": policy, "ambient_c": ambient, "chip": c.chip,
                 "noc": design.network.name if design.network else "", "phase": c.phase, "batch": c.batch,
                 "stacked_layers": c.stacked_layers,
@@ -89,6 +89,15 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
             continue
         rows.append(_row(report, dev, base))
     return rows
+
+
+def _named_coolant(workload, ambient_c: float) -> float | None:
+    """The coolant a row names. The paper set's own 35 °C is not named: its rule keeps the clock of the chip's
+    anchor and judges the junction at 35 °C + R(m)·P, a hotter schedule infeasible; naming it would let DVFS
+    hold a hot design at the limit instead (docs/model.md §17)."""
+    if ambient_c == PAPER_AMBIENT_C and assumptions.uses(workload, "junction_35c"):
+        return None
+    return ambient_c
 
 
 def with_policy(design: DesignPoint, policy: str) -> DesignPoint:
