@@ -77,24 +77,6 @@ def _row_major(chip: ChipArchitecture) -> ChipArchitecture:
     return chip.model_copy(update={"device": chip.device.model_copy(update={"weight_layout": "row_major"})})
 
 
-# The compute energy the paper cites (§4.1.2: per-operation energies from O'Connor et al. 2017, Wu et al. 2019 and
-# Mach et al. 2020): FPnew's FP16 fused multiply-add, 4.025 pJ per lane of its 4-way SIMD unit, measured in GF
-# 22FDX at its nominal ~0.8 V (Mach et al., "A 0.80 pJ/flop, 1.24 Tflop/sW 8-to-64 bit Transprecision FPU",
-# VLSI-SoC 2019, the silicon of the cited TVLSI 2020 FPnew paper), 2 FLOP per FMA, taken as the paper's text
-# gives it: not scaled to 7 nm (the text calls only the memory and NoC coefficients "technology-calibrated").
-FPNEW_FP16_FMA_PJ_PER_LANE = 4.025
-PAPER_MATRIX_PJ_PER_FLOP = FPNEW_FP16_FMA_PJ_PER_LANE / 2
-
-
-def matrix_pj_per_flop(scenario: Scenario, gpu: bool) -> float | None:
-    """The matrix engine's energy per FLOP under the scenario's set: the paper's cited FPU figure for a modelled
-    chip (3D designs and the H100*/H200* baselines) under the paper set; None (the calibrated default,
-    docs/calibration.md §8) otherwise and for a real GPU, whose power is checked against measurements."""
-    if uses(scenario, "fpnew_matrix_energy") and not gpu:
-        return PAPER_MATRIX_PJ_PER_FLOP
-    return None
-
-
 def fsdp_counts_gathered_layer(scenario: Scenario) -> bool:
     """Whether the memory check holds an FSDP device's one fully gathered layer beside its shards. The paper's
     check counts "model weights, KV cache, and peak activations" (§4.2.3), FSDP's weights as its shards (§3.3.1:

@@ -87,7 +87,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         if 0 < running < asked_batch:
             scenario = scenario.model_copy(update={"batch": running})
     scenario = budgeted(scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
-    coefficients = power_model.coefficients(timed_on, assumptions.matrix_pj_per_flop(scenario, dev.gpu))
+    coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
     main = _on_device(point, timed_on, scenario, overlap)

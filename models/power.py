@@ -117,15 +117,14 @@ class EnergyCoefficients:
 
 
 @memo.cached(maxsize=4096)
-def coefficients(device, matrix_pj_per_flop: float | None = None) -> EnergyCoefficients:
+def coefficients(device) -> EnergyCoefficients:
     """Energies for a :class:`~deepstack.models.hardware.device.DeviceSpec` at its process node. Register files
     are small banked arrays (Horowitz's 8 KB point); L1 and L2 by their capacity. DRAM traffic is charged as
     full-row streams (one activation per row of data, :func:`~deepstack.models.hardware.dram.access_energy_J`):
     the operators stream their tensors in row-sized or larger segments."""
     node = device.process_nm
     return EnergyCoefficients(
-        matrix_J_per_flop=(matrix_energy_J_per_flop(node) if matrix_pj_per_flop is None
-                           else matrix_pj_per_flop * PJ),  # an assumption set's figure, unscaled by node
+        matrix_J_per_flop=matrix_energy_J_per_flop(node),
         vector_J_per_flop=vector_energy_J_per_flop(node),
         sfu_J_per_op=sfu_energy_J_per_op(node),
         l0_J_per_B=sram_energy_J_per_B(8 * 1024, node),

@@ -436,35 +436,16 @@ def test_under_the_paper_set_hbm_streams_on_the_3d_stacks_curve():
     assert assumptions.chip_under(sc, real).device.dram == real.device.dram
 
 
-def test_paper_charges_the_matrix_engine_the_cited_fpu_energy():
-    """FPnew's FP16 FMA, 4.025 pJ per SIMD lane (22 nm, unscaled) = 2.0125 pJ per FLOP under the paper set, against
-    the calibrated 0.84 by default; a real GPU keeps its calibrated figure (its power is checked on measurements)."""
-    paper_sc = Scenario(model="deepseek-v3", phase="decode", batch=4, assumptions="paper")
-    assert assumptions.matrix_pj_per_flop(paper_sc, gpu=False) == 4.025 / 2 == 2.0125
-    assert assumptions.matrix_pj_per_flop(paper_sc, gpu=True) is None
-    for other in ("default", "paper-without-fpnew_matrix_energy"):
-        assert assumptions.matrix_pj_per_flop(paper_sc.model_copy(update={"assumptions": other}), gpu=False) is None
-    # one chip below its cap (a 16-token prefill): the clock and the step are the same, only the power grows, and
-    # the junction with it by R(4) = 0.60 °C/W
-    ours = _one_chip(1, "tp=1", phase="prefill", input_len=16, assumptions="paper")
-    without = _one_chip(1, "tp=1", phase="prefill", input_len=16, assumptions="paper-without-fpnew_matrix_energy")
-    assert ours.metrics.frequency_ghz == without.metrics.frequency_ghz and ours.metrics.stps == without.metrics.stps
-    assert ours.metrics.power_w > without.metrics.power_w
-    assert ours.metrics.temperature_c - without.metrics.temperature_c == pytest.approx(
-        0.60 * (ours.metrics.power_w - without.metrics.power_w), rel=1e-9)
-    # a 1,024-token prefill on the same chip meets the 100 W cap: the power wall slows its clock
-    prefill = _one_chip(1, "tp=1", phase="prefill", assumptions="paper")
-    assert prefill.metrics.power_w == pytest.approx(100.0, rel=1e-6) and prefill.metrics.frequency_ghz < 1.4
-
-
 def test_table4_designs_stay_within_the_thermal_limit_under_the_paper_set():
-    """The paper's Table 4 rows are all within the area and thermal limits (its §5.6): with the cited compute
-    energy the batch-1,024 designs of steps 6–7 run close to, and below, 85 °C."""
+    """The paper's Table 4 rows are all within the area and thermal limits (its §5.6): judged at 35 °C + R(m)·P,
+    the hottest (batch 1,024, steps 6–7 at m = 7) stays below 85 °C, and above the 4-layer rows."""
+    temperature = {}
     for row in paper.table4_rows():
-        if row.batch == 1024 and row.step >= 6:
-            report = evaluate(paper.table4_point(row, "paper"), with_ttft=False, overlap=row.overlap)
-            assert 80.0 < report.metrics.temperature_c < 85.0
-            assert not any(v.startswith("thermal") for v in report.violations)
+        report = evaluate(paper.table4_point(row, "paper"), with_ttft=False, overlap=row.overlap)
+        assert not any(v.startswith("thermal") for v in report.violations), (row.batch, row.step)
+        temperature[row.batch, row.step] = report.metrics.temperature_c
+    assert max(temperature.values()) < 85.0
+    assert temperature[1024, 7] > temperature[1024, 5] > 35.0
 
 
 def test_paper_memory_check_counts_fsdp_weights_as_their_shards():

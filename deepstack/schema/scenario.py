@@ -16,7 +16,7 @@ _PRECISION = re.compile(r"^a(\d+)w(\d+)(?:kv(\d+))?$")
 # moves a result is then a run, not an argument.
 PAPER_CHOICES = ("junction_35c", "kv_average", "pp_microbatches", "row_major_weights", "dp_only_pruning",
                  "tp_beyond_heads", "table3_cluster_bw", "all_local_experts", "one_dram_curve",
-                 "fpnew_matrix_energy", "fsdp_shards_only")
+                 "fsdp_shards_only")
 ASSUMPTION_SETS = ("default", "paper", *(f"paper-without-{choice}" for choice in PAPER_CHOICES))
 Assumptions = Literal[ASSUMPTION_SETS]
 _ALLOWED_BITS = (4, 8, 16, 32)
