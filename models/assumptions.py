@@ -94,15 +94,24 @@ def reads_all_local_experts(scenario: Scenario) -> bool:
     return uses(scenario, "all_local_experts")
 
 
-def junction_ambient_c(scenario: Scenario, chip_ambient_c: float) -> float:
-    """The ambient of the temperature a design is judged by. The paper's DVFS rule is anchored at its thermal fit
+def junction_ambient_c(scenario: Scenario, chip_ambient_c: float, named_ambient_c: float | None = None) -> float:
+    """The ambient of the temperature a design is judged by: a coolant the scenario named (``named_ambient_c``),
+    else, under the paper set, 35 °C, else the chip's. The paper's DVFS rule is anchored at its thermal fit
     (P_dyn(m) = TDP·R(4)/R(m) − P_static, independent of the coolant), while its artifact judges the junction at
     T = 35 °C + R(m)·P: so under the paper set the clock follows the chip's anchor environment and the temperature
     is 35 °C + R(m)·P, and a design drawing more than (85 − 35) / R(m) W is above the limit, infeasible (paper
-    §5.5: many large-batch decode designs exceed 85 °C). A coolant the scenario names is used for both."""
-    if scenario.ambient_c is not None or not uses(scenario, "junction_35c"):
-        return chip_ambient_c
-    return PAPER_AMBIENT_C
+    §5.5: many large-batch decode designs exceed 85 °C). A named coolant sets both the clock and the judgement."""
+    if named_ambient_c is not None:
+        return named_ambient_c
+    return PAPER_AMBIENT_C if uses(scenario, "junction_35c") else chip_ambient_c
+
+
+def coolant_to_name(scenario: Scenario, chip_ambient_c: float, ambient_c: float) -> float | None:
+    """The coolant a study row at ``ambient_c`` names for a chip whose own environment is ``chip_ambient_c``:
+    none when the assumption set already judges the junction at that ambient without a name. Naming the paper
+    set's own 35 °C would set the clock from it too and let DVFS hold a hot design at the limit, where the
+    paper's rule keeps the anchor's clock and finds the design infeasible (docs/model.md §17)."""
+    return None if ambient_c == junction_ambient_c(scenario, chip_ambient_c) else ambient_c
 
 
 def pipeline_microbatches(scenario: Scenario, pp: int) -> int | None:

@@ -56,9 +56,7 @@ class DesignPoint:
     @property
     def judged_ambient_c(self) -> float:
         """The ambient the junction temperature is judged at: a named coolant, else the assumption set's."""
-        if self.named_ambient_c is not None:
-            return self.named_ambient_c
-        return assumptions.junction_ambient_c(self.scenario, self.chip.thermal.ambient_c)
+        return assumptions.junction_ambient_c(self.scenario, self.chip.thermal.ambient_c, self.named_ambient_c)
 
     @property
     def devices(self) -> int:

@@ -133,8 +133,8 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
                                              point.sram, point.noc_bw_scale, devices), ambient_c),
         schedule=schedule_summary(s, devices, main.microbatches),
         scenario=_summary(scenario, asked_batch),
-        breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, memory, coefficients, noc_J_per_B,
-                                      devices, point.network) if breakdown else None,
+        breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, temperature, memory, coefficients,
+                                      noc_J_per_B, devices, point.network) if breakdown else None,
     )
 
 

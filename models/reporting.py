@@ -3,7 +3,7 @@ shared: they are immutable) and the per-operator breakdown."""
 
 from __future__ import annotations
 
-from deepstack.models import dvfs, memo, thermal
+from deepstack.models import dvfs, memo
 from deepstack.models.gpu import power as gpu_power
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec, resolve_device
@@ -100,13 +100,15 @@ def _row_entry(r: Row, dev: DeviceSpec, scale: float, time_s: float, multiplier:
 
 
 @memo.cached(maxsize=1024)  # a report re-asked for (same phase and clock) shares its breakdown
-def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, power_w: float, memory,
-              coefficients, noc_J_per_B: tuple[float, ...], devices: int, network: Network | None) -> Breakdown:
+def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, power_w: float,
+              temperature_c: float, memory, coefficients, noc_J_per_B: tuple[float, ...], devices: int,
+              network: Network | None) -> Breakdown:
     """Where the step's time, energy and memory go on the busiest device.
 
     Args:
         phase: the step evaluated; ``scale`` its clock relative to nominal, ``time_s`` its time (s) and
-            ``power_w`` the device's power (W) at that clock.
+            ``power_w`` the device's power (W) at that clock, ``temperature_c`` its junction as judged (°C:
+            at the ambient the assumption set or a named coolant gives, which may not be the chip's own).
         memory: the device's :class:`~deepstack.models.parallel.memory.MemoryFootprint`.
         coefficients, noc_J_per_B, devices: as for :func:`~deepstack.models.dvfs.clock_scale`.
         network: the device network (its links set the network utilization), or None.
@@ -140,8 +142,7 @@ def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, 
         stage_time_s=phase.stage_time_at(scale),
         bottleneck_stage=phase.stage,
         clock_scale=scale,
-        clock_limit=dvfs.clock_limit(dev, scale, power_w, thermal.temperature_c(
-            dev.ambient_c, dev.dram.stacked_layers if dev.is_3d else 0, power_w, dev.device_area_mm2)),
+        clock_limit=dvfs.clock_limit(dev, scale, power_w, temperature_c),
         utilization=utilization,
         energy_J_per_device=Energy(core=core, dram=dram, network=network_J,
                                    static=gpu_power.idle_power_w(dev) * time_s),

@@ -132,6 +132,27 @@ def test_a_named_coolant_sets_clock_and_junction_under_the_paper_set():
     assert dataclasses.replace(point, schedule=Schedule.parse("tp=1")).judged_ambient_c == 45.0
 
 
+def test_the_breakdown_names_the_clock_limit_at_the_judged_junction():
+    # paper set, 60 °C limit: the design is judged at 35 + 0.60·P; above 60 °C it is infeasible, and the
+    # breakdown says so instead of naming the clock from the chip's own 25 °C environment (25 + 0.60·P < 60)
+    report = api.evaluate(model="llama-3.2-1b", chip="standard", noc="tms1", phase="prefill", batch=64,
+                          parallel="dp=256", assumptions="paper", max_temp_c=60.0)
+    power_w = report.breakdown.power_w_per_device
+    assert report.metrics.temperature_c == pytest.approx(35.0 + 0.60 * power_w, rel=1e-12)
+    assert 25.0 + 0.60 * power_w < 60.0 < report.metrics.temperature_c
+    assert not report.feasible and report.breakdown.clock_limit == "above limit"
+
+
+def test_a_study_names_a_coolant_only_where_the_set_does_not_already_judge_at_it():
+    paper_sc = Scenario(model="llama-3.2-1b", phase="decode", batch=1, assumptions="paper")
+    default_sc = paper_sc.model_copy(update={"assumptions": "default"})
+    assert assumptions.coolant_to_name(paper_sc, 25.0, 35.0) is None  # the paper's rule: anchor clock, 35 °C junction
+    assert assumptions.coolant_to_name(paper_sc, 25.0, 25.0) == 25.0  # named: clock and junction at 25 °C
+    assert assumptions.coolant_to_name(default_sc, 25.0, 35.0) == 35.0
+    assert assumptions.coolant_to_name(default_sc, 25.0, 25.0) is None  # the chip's own: naming it changes nothing
+    assert assumptions.junction_ambient_c(paper_sc, 25.0, named_ambient_c=45.0) == 45.0
+
+
 def test_paper_designs_above_the_limit_are_infeasible():
     # a 4-layer cluster at its 100 W cap sits at 35 + (0.56 + 0.04)·100 = 95 °C under the paper's rule
     from deepstack.models import thermal

@@ -251,8 +251,7 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
             units = [vocab_shard] if first or last else []
             units += [attention_layer + dense_layer] if n_dense else []
             units += [attention_layer + moe_shared + moe_routed] if n_moe else []
-            held = gathered_layers
-            gathered = held * max(units, default=0)
+            gathered = gathered_layers * max(units, default=0)
             weights = side / (att.dp * att.ep) + ffn_shared / (ffn.dp * ffn.ep) + routed / ffn.dp + gathered
         else:
             weights = side + ffn_shared + routed

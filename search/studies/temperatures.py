@@ -71,7 +71,8 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
                               origin="study scenario", assumptions=c.assumptions)
     rows = []
     for policy, ambient in ((p, a) for p in task.policies for a in task.ambients_c):
-        cooled = workload.with_cooling(_named_coolant(workload, ambient), task.max_temp_c)
+        named = assumptions.coolant_to_name(workload, catalog.load("chips", c.chip).thermal.ambient_c, ambient)
+        cooled = workload.with_cooling(named, task.max_temp_c)
         design = with_policy(common.point(c.chip, cooled, c.noc, c.stacked_layers, c.connected_layers), policy)
         base = {"dvfs": policy, "ambient_c": ambient, "chip": c.chip,
                 "noc": design.network.name if design.network else "", "phase": c.phase, "batch": c.batch,
@@ -89,15 +90,6 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
             continue
         rows.append(_row(report, dev, base))
     return rows
-
-
-def _named_coolant(workload, ambient_c: float) -> float | None:
-    """The coolant a row names. The paper set's own 35 °C is not named: its rule keeps the clock of the chip's
-    anchor and judges the junction at 35 °C + R(m)·P, a hotter schedule infeasible; naming it would let DVFS
-    hold a hot design at the limit instead (docs/model.md §17)."""
-    if ambient_c == PAPER_AMBIENT_C and assumptions.uses(workload, "junction_35c"):
-        return None
-    return ambient_c
 
 
 def with_policy(design: DesignPoint, policy: str) -> DesignPoint:
