@@ -157,3 +157,46 @@ def test_both_sides_search_flat_and_per_module_schedules(small_run):
 def test_a_bad_search_width_is_a_user_error(cli, tmp_path):
     result = cli("study", "run", str(_recipe(tmp_path, stacking_top_points="0")), "--out", str(tmp_path / "out"))
     assert_user_error(result, "stacking_top_points", "positive integer")
+
+
+def test_each_paper_choice_back_at_default_re_searches_the_paper_sets_designs(tmp_path):
+    """With --assumptions paper the runner re-searches the decode scenarios of ``flip_batches`` with each paper
+    choice put back to the default alone, on the paper set's own best 3D designs and both baselines: a choice
+    moves only the side its law touches."""
+    from deepstack.cli import run
+    from deepstack.schema.scenario import PAPER_CHOICES
+
+    out = tmp_path / "out"
+    recipe = _recipe(tmp_path, flip_batches="[16]", noc_top_points="1")
+    assert run(["study", "run", str(recipe), "--out", str(out), "--assumptions", "paper"]) == 0
+    (paper,) = _rows(out / "comparison.csv")
+    effects = {r["assumptions"].removeprefix("paper-without-"): r for r in _rows(out / "assumption_effects.csv")}
+    assert set(effects) == set(PAPER_CHOICES)
+    for row in effects.values():
+        assert row["design_3d"].split()[0] == paper["design_3d"].split()[0]  # the paper set's 3D hardware
+        assert float(row["speedup"]) == pytest.approx(float(row["stps_3d"]) / float(row["stps_2p5d"]), rel=1e-12)
+    # the junction's ambient judges designs; it times nothing: every figure as under the paper set
+    assert float(effects["junction_35c"]["stps_3d"]) == pytest.approx(float(paper["stps_3d"]), rel=1e-12)
+    assert float(effects["junction_35c"]["stps_2p5d"]) == pytest.approx(float(paper["stps_2p5d"]), rel=1e-12)
+    # one DRAM curve for every design is a law of the 2.5D baselines' HBM: the 3D side keeps its figure, and
+    # H100* with HBM3's own banks and pseudo-channels streams faster than on the 3D stack's curve
+    assert float(effects["one_dram_curve"]["stps_3d"]) == pytest.approx(float(paper["stps_3d"]), rel=1e-12)
+    assert float(effects["one_dram_curve"]["stps_2p5d"]) > float(paper["stps_2p5d"])
+    summary = (out / "summary.md").read_text()
+    assert "| one_dram_curve |" in summary and "| none (the paper set) |" in summary
+
+
+def test_an_assumption_effect_names_what_it_flips():
+    from deepstack.search.studies.baseline import _effect_row
+
+    def row(model, batch, speedup):
+        return {"model": model, "phase": "decode", "batch": batch, "speedup": speedup}
+
+    reference = [row("a", 1, 2.0), row("a", 1024, 1.1), row("b", 1024, 0.9)]
+    changed = [row("a", 1, 2.0), row("a", 1024, 0.8), row("b", 1024, 1.2)]
+    found = _effect_row("x", changed, reference, ["a", "b"], [1, 1024])
+    assert found["decode b1024: 3D (m = n = 4) over the best 2.5D, a / b"] == "0.80 / 1.20"
+    assert found["decode b1: 3D (m = n = 4) over the best 2.5D, a / b"] == "2.00 / nan"
+    assert "a b1024: 2.5D wins (1.10× → 0.80×)" in found["flips"]
+    assert "b b1024: 3D wins (0.90× → 1.20×)" in found["flips"]
+    assert _effect_row("x", reference, reference, ["a", "b"], [1, 1024])["flips"] == "nothing"

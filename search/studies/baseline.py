@@ -21,6 +21,7 @@ from deepstack.accuracy.paper import FAILS, HOLDS, SPEEDUP_TOLERANCE, verdict
 from deepstack.errors import UserInputError
 from deepstack.models import assumptions
 from deepstack.schema import Scenario
+from deepstack.schema.scenario import PAPER_CHOICES
 from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.cells import stacking_grid, workers_of
 from deepstack.search.studies.common import findings_table, preset_ref, scenario_of
@@ -121,7 +122,10 @@ def baseline_comparison(ctx: StudyContext) -> None:
     ctx.write_csv("comparison.csv", rows)
     ctx.write_csv("points.csv", points)
     _plot_speedups(ctx, rows, models, phases, batches, m, n)
-    _write_summary(ctx, rows, points, area_mm2, m, n, stackings, Path(baseline_noc).stem)
+    effects = []
+    if ctx.param("assumptions", "default") == assumptions.PAPER:
+        effects = _assumption_effects(ctx, keys, pools, rows, hw_3d, max_pp, workers)
+    _write_summary(ctx, rows, points, area_mm2, m, n, stackings, Path(baseline_noc).stem, effects)
 
 
 def _point_row(key: tuple, pool: _Pool, hw: Hardware, baseline: bool) -> dict:
@@ -168,7 +172,7 @@ def _spread(values: list[float]) -> str:
 
 
 def _write_summary(ctx: StudyContext, rows: list[dict], points: list[dict], area_mm2: float, m: int, n: int,
-                   stackings: list[tuple[int, int]], baseline_noc: str) -> None:
+                   stackings: list[tuple[int, int]], baseline_noc: str, effects: list[dict]) -> None:
     fixed_label, searched_label = f"m = {m}, n = {n}", "searched"
     shown = [{"model": r["model"], "phase": r["phase"], "batch": r["batch"],
               f"3D STPS, {fixed_label}": r["stps_3d"], "3D STPS, searched": r["stps_3d_searched"],
@@ -195,7 +199,94 @@ def _write_summary(ctx: StudyContext, rows: list[dict], points: list[dict], area
     found = paper_findings(rows)
     ctx.write_summary(text + ctx.key_table("Best 3D (fixed stack and searched) against best 2.5D design per "
                                            "scenario, at equal area", shown)
-                      + ("\n\n" + findings_table(ctx, found) if found else ""))
+                      + ("\n\n" + findings_table(ctx, found) if found else "")
+                      + ("\n\n" + ctx.key_table(EFFECTS_TITLE, effects) if effects else ""))
+
+
+# --- which paper choice moves 3D against 2.5D (issue: explain where the default departs) ---
+
+EFFECTS_TITLE = ("Which assumption moves 3D against 2.5D: each choice of the paper set back at the default alone, "
+                 "decode, on the paper set's best 3D designs (fixed stack and searched) and both baselines")
+FLIP_FINDINGS = ("R8", "R9", "R10")
+
+
+def _assumption_effects(ctx: StudyContext, keys: list[tuple], pools: list[_Pool], rows: list[dict],
+                        hw_3d: list[Hardware], max_pp: int, workers: int) -> list[dict]:
+    """R8–R10 with each paper choice put back to the default alone: the decode scenarios of the run at
+    ``flip_batches`` re-searched (every schedule) on the paper set's best fixed-stack and searched 3D designs and
+    on both baselines (their network as that set reads Table 3). The 3D designs stay the paper set's, so a row
+    says what the choice does to the comparison the paper makes, not which other chip it would pick. Writes
+    ``assumption_effects.csv`` (one row per set and scenario) and returns one summary row per choice."""
+    batches = ctx.param("flip_batches", [1, 1024])
+    chosen = [(key, pool) for key, pool in zip(keys, pools, strict=True) if key[1] == "decode" and key[2] in batches]
+    if not chosen:
+        return []
+    sets = [f"{assumptions.PAPER}-without-{choice}" for choice in PAPER_CHOICES]
+    tasks, owners = [], []
+    for name in sets:
+        baselines = [Hardware(chip, preset_ref(ctx, assumptions.cluster_network(name, ctx.param("baseline_noc"))))
+                     for chip in ctx.param("baselines")]
+        for key, pool in chosen:
+            fixed, searched = pool.best(hw_3d), pool.best(pool.searched_3d())
+            wanted = dict.fromkeys([c.hardware for c in (fixed, searched) if c] + baselines)
+            sc = pool.scenario.model_copy(update={"assumptions": name})
+            for hw in wanted:
+                owners.append((name, key, hw, "3d" if hw.stacked_layers else "2.5d",
+                               (fixed and hw == fixed.hardware, searched and hw == searched.hardware)))
+                tasks.append(PointTask(hw, sc, SCOPES, max_pp=max_pp, attention_cp=True))
+    found: dict[tuple, dict] = {}
+    for (name, key, hw, kind, (is_fixed, is_searched)), result in zip(
+            owners, run_tasks(tasks, workers, ctx.planned(len(tasks))), strict=True):
+        top = result.best()
+        stps = top.value() if top else math.nan
+        row = found.setdefault((name, key), {"assumptions": name, "model": key[0], "phase": key[1], "batch": key[2],
+                                             "stps_3d": math.nan, "stps_3d_searched": math.nan,
+                                             "stps_2p5d": math.nan, "best_2p5d": "infeasible"})
+        if kind == "2.5d":
+            row[f"stps_{hw.chip}"] = stps
+            if math.isfinite(stps) and not (math.isfinite(row["stps_2p5d"]) and stps <= row["stps_2p5d"]):
+                row["stps_2p5d"], row["best_2p5d"] = stps, hw.chip
+        if is_fixed:
+            row["stps_3d"], row["design_3d"] = stps, _design(top) if top else _short(hw) + " infeasible"
+        if is_searched:
+            row["stps_3d_searched"], row["design_3d_searched"] = (
+                stps, _design(top) if top else _short(hw) + " infeasible")
+    for row in found.values():
+        row["speedup"] = row["stps_3d"] / row["stps_2p5d"]
+        row["speedup_searched"] = row["stps_3d_searched"] / row["stps_2p5d"]
+    ctx.write_csv("assumption_effects.csv", list(found.values()))
+    reference = [r for r in rows if (r["model"], r["phase"], r["batch"]) in dict(chosen)]
+    models = list(dict.fromkeys(key[0] for key, _ in chosen))
+    batches = sorted({key[2] for key, _ in chosen})
+    out = [_effect_row("none (the paper set)", reference, reference, models, batches)]
+    for name in sets:
+        out.append(_effect_row(name.removeprefix(f"{assumptions.PAPER}-without-"),
+                               [r for r in found.values() if r["assumptions"] == name], reference, models, batches))
+    return out
+
+
+def _effect_row(label: str, rows: list[dict], reference: list[dict], models: list[str], batches: list[int]) -> dict:
+    """One choice's speed-ups (3D at the fixed stack over the best 2.5D, per decode batch and model, and R10's
+    searched design over H200*), the verdicts of R8–R10, and what it flips against the paper set: a verdict, or
+    which side wins a scenario (the speed-up crossing 1)."""
+    speedup = {(r["model"], r["batch"]): r["speedup"] for r in rows}
+    out = {"assumption back at default": label}
+    for batch in batches:
+        out[f"decode b{batch}: 3D (m = n = 4) over the best 2.5D, {' / '.join(models)}"] = " / ".join(
+            f"{speedup.get((model, batch), math.nan):.2f}" for model in models)
+    found = {f["finding"]: f for f in paper_findings(rows) if f["finding"] in FLIP_FINDINGS}
+    before = {f["finding"]: f for f in paper_findings(reference) if f["finding"] in FLIP_FINDINGS}
+    out["R10: DeepSeek-V3 b1024, searched, over H200*"] = found["R10"]["ours"] if "R10" in found else "–"
+    out["verdicts"] = ", ".join(f"{f} {found[f]['verdict']}" for f in FLIP_FINDINGS if f in found) or "–"
+    flips = [f"{f} {before[f]['verdict']} → {found[f]['verdict']}" for f in FLIP_FINDINGS
+             if f in found and f in before and found[f]["verdict"] != before[f]["verdict"]]
+    was = {(r["model"], r["batch"]): r["speedup"] for r in reference}
+    for (model, batch), new in speedup.items():
+        old = was.get((model, batch), math.nan)
+        if math.isfinite(old) and math.isfinite(new) and (old >= 1.0) != (new >= 1.0):
+            flips.append(f"{model} b{batch}: {'3D' if new >= 1.0 else '2.5D'} wins ({old:.2f}× → {new:.2f}×)")
+    out["flips"] = "; ".join(flips) or "nothing"
+    return out
 
 
 def _speedups(rows: list[dict], phase: str, batch: int | None, key: str = "speedup") -> list[float]:
