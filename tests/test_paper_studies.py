@@ -154,3 +154,25 @@ def test_the_thermal_runner_judges_the_paper_sets_35_c_by_the_papers_rule():
     assert paper["temperature_c"] == pytest.approx(35.0 + 0.60 * paper["power_w_per_device"], rel=1e-9)
     assert named["clock_limit"] == dvfs.THERMAL_CLOCK and named["clock_share"] < 1.0
     assert named["temperature_c"] == pytest.approx(35.0 + 0.60 * named["power_w_per_device"], rel=1e-9)
+
+
+def test_the_assumption_effects_on_3d_against_2p5d_are_read_from_the_paper_sets_run(tmp_path):
+    from deepstack.accuracy.paper_studies import assumption_effects_3d
+    from deepstack.search.studies.baseline import EFFECTS_TITLE
+
+    assert assumption_effects_3d(tmp_path) == {
+        "rows": [], "source": "not run yet: deepstack study run studies/3d-vs-2.5d.toml --assumptions paper"}
+    folder = tmp_path / "3d-vs-2.5d-paper"
+    _record(folder, "3d-vs-2.5d", [], code_digest())
+    assert assumption_effects_3d(tmp_path)["source"].endswith("no such table (run before it was added)")
+    record = json.loads((folder / "run.json").read_text())
+    record["tables"].append({"title": EFFECTS_TITLE, "columns": ["assumption back at default", "flips"],
+                             "digits": 4, "rows": [["one_dram_curve", "deepseek-v3 b1024: 2.5D wins"]]})
+    (folder / "run.json").write_text(json.dumps(record))
+    found = assumption_effects_3d(tmp_path)
+    assert found["rows"] == [{"assumption back at default": "one_dram_curve",
+                              "flips": "deepseek-v3 b1024: 2.5D wins"}]
+    assert "stale" not in found["source"]
+    record["code_digest"] = "0" * 16  # made by other code: shown, and marked
+    (folder / "run.json").write_text(json.dumps(record))
+    assert "stale, run on other code" in assumption_effects_3d(tmp_path)["source"]

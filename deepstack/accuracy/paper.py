@@ -307,8 +307,12 @@ def paper_accuracy(progress=None, studies: Path | None = None) -> dict:
     effects = assumption_effects(rows)
     tell(3, 3)
     within = sum(r["verdict"] == HOLDS for r in rows)
+    effects_3d = None
+    if studies is not None:
+        from deepstack.accuracy.paper_studies import assumption_effects_3d
+        effects_3d = assumption_effects_3d(studies)
     return {"reference": str(table4_path()), "table4": rows, "findings": found,
-            "assumption_effects": effects,
+            "assumption_effects": effects, "assumption_effects_3d_vs_2p5d": effects_3d,
             "summary": {"table4_rows": len(rows), "table4_within_10pct": within,
                         "table4_mape_pct": _mape(rows, "paper_set_stps"),
                         "table4_default_set_mape_pct": _mape(rows, "default_set_stps")}}

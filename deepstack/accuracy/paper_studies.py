@@ -86,3 +86,16 @@ def _from_study(out_root: Path, study: str, placeholder: dict) -> list[dict]:
     # a stale run's figures are shown, its verdict is not: it was reached by other code
     return [{**r, "verdict": f"{r['verdict']} ({problem})" if problem else r["verdict"], "source": source}
             for r in rows]
+
+
+def assumption_effects_3d(out_root: Path = DEFAULT_STUDIES) -> dict:
+    """Which paper choice moves 3D against 2.5D (R8–R10): the table the paper-set run of ``3d-vs-2.5d`` writes,
+    with ``source`` (the run, and "stale, …" when other code made it) or, without a run, the command to make it."""
+    from deepstack.search.studies.baseline import EFFECTS_TITLE
+
+    record, problem, source = _record(out_root, "3d-vs-2.5d", "paper")
+    tables = [t for t in record["tables"] if t["title"] == EFFECTS_TITLE] if record else []
+    if not tables:
+        return {"rows": [], "source": problem or f"{source}: no such table (run before it was added)"}
+    rows = [dict(zip(tables[0]["columns"], row, strict=True)) for row in tables[0]["rows"]]
+    return {"rows": rows, "source": " — ".join(filter(None, (source, problem)))}

@@ -141,6 +141,13 @@ def accuracy_paper(
                              highlight=False)
     report.table("each paper assumption put back to the default alone: Table 4 then", result["assumption_effects"],
                  ["assumption back at default", "table4_mape_pct", "b4_total", "b1024_total", "flips"])
+    effects_3d = result.get("assumption_effects_3d_vs_2p5d")
+    if effects_3d and effects_3d["rows"]:
+        report.table("each paper assumption put back to the default alone: 3D against 2.5D then (decode, the "
+                     "paper set's 3D designs)", effects_3d["rows"])
+    if effects_3d:
+        report.console.print(f"3D against 2.5D by assumption: {effects_3d['source']}", markup=False,
+                             highlight=False)
 
 
 @accuracy_app.command("serving")
