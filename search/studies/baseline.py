@@ -124,7 +124,7 @@ def baseline_comparison(ctx: StudyContext) -> None:
     _plot_speedups(ctx, rows, models, phases, batches, m, n)
     effects = []
     if ctx.param("assumptions", "default") == assumptions.PAPER:
-        effects = _assumption_effects(ctx, keys, pools, rows, hw_3d, max_pp, workers)
+        effects = _assumption_effects(ctx, keys, pools, rows, hw_3d, area_mm2, max_pp, workers)
     _write_summary(ctx, rows, points, area_mm2, m, n, stackings, Path(baseline_noc).stem, effects)
 
 
@@ -211,57 +211,39 @@ FLIP_FINDINGS = ("R8", "R9", "R10")
 
 
 def _assumption_effects(ctx: StudyContext, keys: list[tuple], pools: list[_Pool], rows: list[dict],
-                        hw_3d: list[Hardware], max_pp: int, workers: int) -> list[dict]:
+                        hw_3d: list[Hardware], area_mm2: float, max_pp: int, workers: int) -> list[dict]:
     """R8–R10 with each paper choice put back to the default alone: the decode scenarios of the run at
     ``flip_batches`` re-searched (every schedule) on the paper set's best fixed-stack and searched 3D designs and
-    on both baselines (their network as that set reads Table 3). The 3D designs stay the paper set's, so a row
-    says what the choice does to the comparison the paper makes, not which other chip it would pick. Writes
+    on both baselines (their network as that set reads Table 3), each compared as the main run compares (the
+    searched column is the better of the two 3D designs under that set). The 3D designs stay the paper set's, so
+    a row says what the choice does to the comparison the paper makes, not which other chip it would pick. Writes
     ``assumption_effects.csv`` (one row per set and scenario) and returns one summary row per choice."""
     batches = ctx.param("flip_batches", [1, 1024])
     chosen = [(key, pool) for key, pool in zip(keys, pools, strict=True) if key[1] == "decode" and key[2] in batches]
     if not chosen:
         return []
     sets = [f"{assumptions.PAPER}-without-{choice}" for choice in PAPER_CHOICES]
-    tasks, owners = [], []
+    owners, pools_by_set, wanted = [], [], []
     for name in sets:
         baselines = [Hardware(chip, preset_ref(ctx, assumptions.cluster_network(name, ctx.param("baseline_noc"))))
                      for chip in ctx.param("baselines")]
         for key, pool in chosen:
-            fixed, searched = pool.best(hw_3d), pool.best(pool.searched_3d())
-            wanted = dict.fromkeys([c.hardware for c in (fixed, searched) if c] + baselines)
-            sc = pool.scenario.model_copy(update={"assumptions": name})
-            for hw in wanted:
-                owners.append((name, key, hw, "3d" if hw.stacked_layers else "2.5d",
-                               (fixed and hw == fixed.hardware, searched and hw == searched.hardware)))
-                tasks.append(PointTask(hw, sc, SCOPES, max_pp=max_pp, attention_cp=True))
-    found: dict[tuple, dict] = {}
-    for (name, key, hw, kind, (is_fixed, is_searched)), result in zip(
-            owners, run_tasks(tasks, workers, ctx.planned(len(tasks))), strict=True):
-        top = result.best()
-        stps = top.value() if top else math.nan
-        row = found.setdefault((name, key), {"assumptions": name, "model": key[0], "phase": key[1], "batch": key[2],
-                                             "stps_3d": math.nan, "stps_3d_searched": math.nan,
-                                             "stps_2p5d": math.nan, "best_2p5d": "infeasible"})
-        if kind == "2.5d":
-            row[f"stps_{hw.chip}"] = stps
-            if math.isfinite(stps) and not (math.isfinite(row["stps_2p5d"]) and stps <= row["stps_2p5d"]):
-                row["stps_2p5d"], row["best_2p5d"] = stps, hw.chip
-        if is_fixed:
-            row["stps_3d"], row["design_3d"] = stps, _design(top) if top else _short(hw) + " infeasible"
-        if is_searched:
-            row["stps_3d_searched"], row["design_3d_searched"] = (
-                stps, _design(top) if top else _short(hw) + " infeasible")
-    for row in found.values():
-        row["speedup"] = row["stps_3d"] / row["stps_2p5d"]
-        row["speedup_searched"] = row["stps_3d_searched"] / row["stps_2p5d"]
-    ctx.write_csv("assumption_effects.csv", list(found.values()))
+            fixed = [c.hardware for c in (pool.best(hw_3d),) if c]
+            searched = [c.hardware for c in (pool.best(pool.searched_3d()),) if c]
+            owners.append((name, key, fixed, baselines))
+            pools_by_set.append(_Pool(pool.scenario.model_copy(update={"assumptions": name})))
+            wanted.append(fixed + searched + baselines)
+    _search(pools_by_set, wanted, "assumption effects", max_pp, workers, ctx.planned)
+    found = [{"assumptions": name, **_comparison_row(key, pool, fixed, baselines, area_mm2)}
+             for (name, key, fixed, baselines), pool in zip(owners, pools_by_set, strict=True)]
+    ctx.write_csv("assumption_effects.csv", found)
     reference = [r for r in rows if (r["model"], r["phase"], r["batch"]) in dict(chosen)]
     models = list(dict.fromkeys(key[0] for key, _ in chosen))
     batches = sorted({key[2] for key, _ in chosen})
     out = [_effect_row("none (the paper set)", reference, reference, models, batches)]
     for name in sets:
         out.append(_effect_row(name.removeprefix(f"{assumptions.PAPER}-without-"),
-                               [r for r in found.values() if r["assumptions"] == name], reference, models, batches))
+                               [r for r in found if r["assumptions"] == name], reference, models, batches))
     return out
 
 

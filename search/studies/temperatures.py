@@ -69,9 +69,10 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
     c = task.cell
     workload = build_scenario(c.model, c.phase, c.batch, c.input_len, c.output_len, c.precision,
                               origin="study scenario", assumptions=c.assumptions)
+    chip_ambient_c = catalog.load("chips", c.chip).thermal.ambient_c
     rows = []
     for policy, ambient in ((p, a) for p in task.policies for a in task.ambients_c):
-        named = assumptions.coolant_to_name(workload, catalog.load("chips", c.chip).thermal.ambient_c, ambient)
+        named = assumptions.coolant_to_name(workload, chip_ambient_c, ambient)
         cooled = workload.with_cooling(named, task.max_temp_c)
         design = with_policy(common.point(c.chip, cooled, c.noc, c.stacked_layers, c.connected_layers), policy)
         base = {"dvfs": policy, "ambient_c": ambient, "chip": c.chip,
