@@ -176,3 +176,37 @@ def test_the_assumption_effects_on_3d_against_2p5d_are_read_from_the_paper_sets_
     record["code_digest"] = "0" * 16  # made by other code: shown, and marked
     (folder / "run.json").write_text(json.dumps(record))
     assert "stale, run on other code" in assumption_effects_3d(tmp_path)["source"]
+
+
+def test_the_results_page_shows_every_finding_under_both_sets_from_the_runs(cli, tmp_path):
+    """The page's "paper vs default" table: the findings the paper-findings run computes (its placeholders for
+    other studies left out), then those another study's runs answer, each run named with its staleness."""
+    _record(tmp_path / "paper-findings", "paper-findings", [], code_digest())
+    record = json.loads((tmp_path / "paper-findings" / "run.json").read_text())
+    record["tables"] = [{"title": "The paper's findings: its value, ours under the paper and the default set",
+                         "columns": ["finding", "what", "paper", "paper_set", "default_set", "verdict"], "digits": 4,
+                         "rows": [["R13", "best m = n, decode b4", "≈ 9", "9", "6", "holds"],
+                                  ["R8", "3D over the best 2.5D, decode b1024", "1.30–1.48×", None, None,
+                                   "not checked here: deepstack study run studies/3d-vs-2.5d.toml --assumptions "
+                                   "paper"]]}]
+    (tmp_path / "paper-findings" / "run.json").write_text(json.dumps(record))
+    _record(tmp_path / "3d-vs-2.5d-paper", "3d-vs-2.5d",
+            [["R8", "3D over the best 2.5D, decode b1024", "1.30–1.48×", "1.20–1.60× (3 models)", "holds"]],
+            "0" * 16)  # made by other code: its figures shown, its verdict marked stale
+    page = tmp_path / "RESULTS.md"
+    done = cli("study", "report", "--recipes", str(STUDIES), "--out-root", str(tmp_path), "--to", str(page))
+    assert done.code == 0, done.err
+    text = page.read_text()
+    section = text.split("## Paper vs default: every finding under each assumption set\n", 1)[1].split("\n## ")[0]
+    rows = [line for line in section.splitlines() if line.startswith("| R")]
+    assert rows[0] == "| R13 | best m = n, decode b4 | ≈ 9 | 9 | 6 | holds |"
+    assert rows[1].startswith("| R8 | 3D over the best 2.5D, decode b1024 | 1.30–1.48× | 1.20–1.60× (3 models) | – "
+                              "| holds (stale, run on other code: deepstack study run studies/3d-vs-2.5d.toml "
+                              "--assumptions paper) |")
+    # the paper-findings run's placeholder for R8 is replaced; findings no run answers say which command would
+    assert [r.split(" | ")[0] for r in rows] == ["| R13", "| R8", "| R9", "| R10", "| R11", "| R17", "| R18"]
+    assert rows[-1].endswith("| not run yet: deepstack study run studies/thermal.toml --assumptions paper |")
+    assert "`" + str(tmp_path / "3d-vs-2.5d-paper") + " (finished 2026-12-03T21:00:00+00:00" in section
+    # each run is a section of its own: the paper-set run beside the (not yet run) default one
+    assert "## 3d-vs-2.5d (paper set)\n" in text and "## 3d-vs-2.5d\n" in text
+    assert "[3d-vs-2.5d (paper set)](#3d-vs-25d-paper-set)" in text

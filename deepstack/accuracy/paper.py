@@ -231,7 +231,7 @@ def r12_bandwidth_peak() -> dict:
 
 
 # Findings this command does not compute (a search each, minutes to an hour): the study that answers each.
-_BY_STUDY = (
+BY_STUDY = (
     ("R8", "3D over the best 2.5D, decode b1024", "1.30–1.48×", ("3d-vs-2.5d",)),
     ("R9", "3D over the best 2.5D, decode b1", "up to 2.79×", ("3d-vs-2.5d",)),
     ("R10", "DeepSeek-V3 decode b1024, stacking and NoC searched, over H200*", "1.73×", ("3d-vs-2.5d",)),
@@ -288,7 +288,7 @@ def findings(rows: list[dict], studies: Path | None = None) -> list[dict]:
                      "verdict": f"{NOT_CHECKED}: " + " and ".join(
                          f"deepstack study run studies/{s}.toml" + ("" if s == "paper-findings" else
                                                                     " --assumptions paper") for s in studies_of),
-                     "studies": studies_of} for f, what, paper, studies_of in _BY_STUDY]
+                     "studies": studies_of} for f, what, paper, studies_of in BY_STUDY]
     if studies is not None:
         from deepstack.accuracy.paper_studies import study_findings
         placeholders = study_findings(placeholders, studies)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from deepstack.errors import UserInputError
-from deepstack.search.studies import RUN_RECORD
+from deepstack.search.studies import RUN_RECORD, run_folder_name
 from deepstack.search.studies.common import FINDINGS_TITLE
 from deepstack.search.studies.provenance import code_digest
 from deepstack.search.studies.results import load_record
@@ -23,7 +23,7 @@ BOTH_SETS = "paper-findings"  # its one run evaluates both assumption sets; the 
 
 
 def _folder(out_root: Path, study: str, assumptions: str) -> Path:
-    return out_root / (study if study == BOTH_SETS or assumptions == "default" else f"{study}-{assumptions}")
+    return out_root / run_folder_name(study, "default" if study == BOTH_SETS else assumptions, quick=False)
 
 
 def _command(study: str, assumptions: str) -> str:
@@ -99,3 +99,23 @@ def assumption_effects_3d(out_root: Path = DEFAULT_STUDIES) -> dict:
         return {"rows": [], "source": problem or f"{source}: no such table (run before it was added)"}
     rows = [dict(zip(tables[0]["columns"], row, strict=True)) for row in tables[0]["rows"]]
     return {"rows": rows, "source": " — ".join(filter(None, (source, problem)))}
+
+
+def every_finding(out_root: Path = DEFAULT_STUDIES) -> dict:
+    """Every finding under both sets, read from the study runs' records alone (the results page's "paper vs
+    default" table): the rows the paper-findings run computes itself, then each finding another study answers,
+    from that study's runs. ``sources``: the runs read, and what is wrong with any of them."""
+    from deepstack.accuracy.paper import BY_STUDY, NOT_CHECKED
+
+    record, problem, source = _record(out_root, BOTH_SETS, "paper")
+    own = [{**r, "verdict": f"{r['verdict']} ({problem})" if problem else r["verdict"]}
+           for r in (_rows(record) if record else []) if not str(r["verdict"]).startswith(NOT_CHECKED)]
+    placeholders = [{"finding": finding, "what": what, "paper": paper, "paper_set": None, "default_set": None,
+                     "verdict": NOT_CHECKED, "studies": others}
+                    for finding, what, paper, studies in BY_STUDY
+                    if (others := tuple(s for s in studies if s != BOTH_SETS))]
+    answered = study_findings(placeholders, out_root)
+    sources = [" — ".join(filter(None, (source, problem))) or problem]
+    sources += [r["source"] for r in answered if r.get("source")]
+    rows = [{k: v for k, v in r.items() if k not in ("studies", "source")} for r in own + answered]
+    return {"rows": rows, "sources": list(dict.fromkeys(sources))}

@@ -208,6 +208,11 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def run_folder_name(study: str, assumptions: str, quick: bool) -> str:
+    """The folder a run goes to under ``studies/out``: ``<study>``, ``-<set>`` unless the default set, ``-quick``."""
+    return study + ("" if assumptions == "default" else f"-{assumptions}") + ("-quick" if quick else "")
+
+
 def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
               assumptions: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``).
@@ -226,8 +231,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     chosen = params.get("assumptions", "default")
     if chosen not in ASSUMPTION_SETS:
         raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
-    suffix = ("" if chosen == "default" else f"-{chosen}") + ("-quick" if quick else "")
-    folder = Path(out or Path("studies") / "out" / (recipe.name + suffix))
+    folder = Path(out or Path("studies") / "out" / run_folder_name(recipe.name, chosen, quick))
     check_output_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD

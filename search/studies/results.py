@@ -19,8 +19,9 @@ from typing import Any
 
 from deepstack.errors import UserInputError
 from deepstack.schema import load_file
+from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.files import write_text_atomically
-from deepstack.search.studies import RUN_RECORD, markdown_table, utc_now
+from deepstack.search.studies import RUN_RECORD, markdown_table, run_folder_name, utc_now
 
 DEFAULT_RECIPES = "studies"
 DEFAULT_OUT_ROOT = "studies/out"
@@ -102,7 +103,9 @@ def load_record(path: Path, study: str) -> dict[str, Any]:
 
 def collect(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
             quick: bool = False) -> list[StudyRun]:
-    """Every recipe with the record of its run in ``out_root/<name>`` (``<name>-quick`` with ``quick``)."""
+    """Every recipe with the record of its run in ``out_root/<name>`` (``<name>-quick`` with ``quick``), each
+    followed by its finished runs under another assumption set (``<name>-paper``, ...), named "<name> (paper
+    set)": the findings the paper-findings study leaves to those runs are on the page beside the default's."""
     recipes, out_root = Path(recipes), Path(out_root)
     if not out_root.is_dir():
         raise UserInputError(f"--out-root {out_root}: no such folder; run a study first "
@@ -110,10 +113,13 @@ def collect(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAUL
     runs = []
     for path in recipe_paths(recipes):
         recipe = load_file(str(path), expected_kind="study")
-        folder = out_root / (recipe.name + ("-quick" if quick else ""))
-        record_path = folder / RUN_RECORD
-        record = load_record(record_path, recipe.name) if record_path.exists() else None
-        runs.append(StudyRun(recipe.name, path, recipe.question, folder, record))
+        for chosen in ASSUMPTION_SETS:
+            folder = out_root / run_folder_name(recipe.name, chosen, quick)
+            record_path = folder / RUN_RECORD
+            record = load_record(record_path, recipe.name) if record_path.exists() else None
+            if record or chosen == "default":
+                name = recipe.name if chosen == "default" else f"{recipe.name} ({chosen} set)"
+                runs.append(StudyRun(name, path, recipe.question, folder, record))
     return runs
 
 
@@ -240,6 +246,7 @@ def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, genera
         lines.append(f"| total | {duration(total)} | {sum(r.record['rows'] for r in finished)} | | |")
     lines.append("")
     lines += changes
+    lines += _paper_vs_default(runs, out_root, quick)
 
     for run in runs:
         lines += [f"## {run.name}", "", f"**Question.** {run.question}", ""]
@@ -263,6 +270,30 @@ def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, genera
                 lines.append(f"- {label}: " + ", ".join(_link(f, page_dir) for f in group))
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+PAPER_VS_DEFAULT = "Paper vs default: every finding under each assumption set"
+FINDING_COLUMNS = {"finding": "finding", "what": "what", "paper": "paper", "paper_set": "ours, paper set",
+                   "default_set": "ours, default set", "verdict": "verdict (paper set)"}
+
+
+def _paper_vs_default(runs: list[StudyRun], out_root: Path, quick: bool) -> list[str]:
+    """Every paper finding with its value under both sets, from the runs' records (the paper-findings run's own
+    findings and those the other studies' runs answer); nothing when paper-findings has no (full) run."""
+    if quick or not any(r.record and r.name == "paper-findings" for r in runs):
+        return []
+    from deepstack.accuracy.paper_studies import every_finding
+
+    found = every_finding(out_root)
+    rows = [{label: _cell(row.get(key)) for key, label in FINDING_COLUMNS.items()} for row in found["rows"]]
+    return [f"## {PAPER_VS_DEFAULT}", "",
+            "Each of the paper's findings (its Table 4 totals and R-findings): the paper's value, ours under the "
+            "`paper` assumption set and under the default, and the verdict under the paper set (docs/model.md "
+            "§17 lists where the sets differ; `deepstack accuracy paper --studies studies/out` prints the same "
+            "with Table 4 row by row). The tables of each paper choice put back at the default alone are in the "
+            "paper-findings section (Table 4) and the 3d-vs-2.5d (paper set) section (R8–R10).", "",
+            markdown_table(rows, list(FINDING_COLUMNS.values())),
+            "Read from: " + "; ".join(f"`{s}`" for s in found["sources"]) + ".", ""]
 
 
 def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
