@@ -48,12 +48,39 @@ def test_wave_of_a_thousand_prompts_merges_its_decode_only_stretch():
 
 def test_a_step_runs_a_cuda_graph_only_when_it_fits_the_largest_capture():
     scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=16, cuda_graphs=True)
-    small = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario, 512)  # 23 tokens: replayed like a decode step
+    small = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario, 512, 1)  # 23 tokens: replayed like a decode step
     assert (small.phase, small.batch) == ("decode", 23)
-    big = step_scenario(Run(Step(7169, 8, 8, 8), 1), scenario, 512)  # 7,177 tokens: no graph, 8 chunks of 898
+    big = step_scenario(Run(Step(7169, 8, 8, 8), 1), scenario, 512, 1)  # 7,177 tokens: no graph, 8 chunks of 898
     assert (big.phase, big.batch, big.input_len, big.prefill_chunk_tokens) == ("prefill", 8, 898, 7184)
-    eager = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario.model_copy(update={"cuda_graphs": False}), 512)
+    eager = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario.model_copy(update={"cuda_graphs": False}), 512, 1)
     assert (eager.phase, eager.batch, eager.input_len) == ("prefill", 1, 23)
+
+
+def test_a_step_runs_on_every_engine_of_the_schedule():
+    # 4 data replicas are 4 vLLM engines, each running the same step at once: the step's scenario carries every
+    # engine's tokens (4 × 23 decode tokens; 4 × 8 prompts of 898 tokens, each engine's budget still 7,184;
+    # one sliced long prompt per engine)
+    scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=64, cuda_graphs=True)
+    small = step_scenario(Run(Step(8, 1, 15, 1), 1), scenario, 512, 4)
+    assert (small.phase, small.batch) == ("decode", 92)
+    big = step_scenario(Run(Step(7169, 8, 8, 8), 1), scenario, 512, 4)
+    assert (big.phase, big.batch, big.input_len, big.prefill_chunk_tokens) == ("prefill", 32, 898, 7184)
+    long = scenario.model_copy(update={"input_len": 16384, "prefill_chunk_tokens": 8192})
+    sliced = step_scenario(Run(Step(8192, 1, 0, 0), 1), long, 512, 4)
+    assert (sliced.phase, sliced.batch) == ("prefill", 4)
+
+
+@pytest.mark.parametrize("parallel", ["tp=8", "tp=4,dp=2", "tp=2,dp=4"])
+def test_prefill_throughput_stays_below_the_servers_matrix_peak(parallel):
+    # Llama-3.3-70B (BF16) prefill costs at least 2 FLOPs per parameter and token; 8 B200s reach at most 8 × their
+    # dense FP16 peak. Before each engine's step carried every engine's tokens, tp=2,dp=4 at batch 64 reported
+    # 161,000 tokens/s, 1.25× this bound
+    point = DesignPoint(chip=B200.architecture, network=B200.network, schedule=Schedule.parse(parallel),
+                        scenario=Scenario(model="llama-3.3-70b", phase="prefill", batch=64))
+    report = evaluate(point, breakdown=False)
+    peak_flops = 8 * report.hardware["fp16_tflops_per_device"] * 1e12
+    flops_per_token = 2 * load("llms", "llama-3.3-70b").parameter_count()
+    assert report.metrics.stps * flops_per_token < peak_flops
 
 
 def test_prefill_kernels_replace_the_decode_attention():

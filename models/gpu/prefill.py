@@ -84,7 +84,7 @@ def _prefill_wave(point, scenario, step_phase) -> Wave:
     timed: dict = {}  # the scenario that times a step → its phase
     steps = []
     for run in runs:
-        step = step_scenario(run, scenario, gpu.graph_max_batch)
+        step = step_scenario(run, scenario, gpu.graph_max_batch, s.attention.replicas)
         if step not in timed:
             phase = step_phase(step)
             if phase.microbatches > 1:  # a long prompt's slices: one of them (at their mean context) per step
@@ -99,20 +99,22 @@ def _prefill_wave(point, scenario, step_phase) -> Wave:
 
 
 
-def step_scenario(run: Run, scenario, graph_max: int):
-    """The scenario that times one step of ``run``: a decode of its tokens when it has no prompt tokens or, with
-    CUDA graphs, fits the largest graph; otherwise a prefill chunk of its tokens (as many requests as it has
-    prompts, the tokens spread evenly over them). A prompt longer than the budget is cut into slices that attend
-    to the slices before them: such a step is one request's prefill in chunks of the budget, each chunk timed at
-    the prompt's mean context (:func:`~deepstack.models.parallel.chunks.prefill_chunks`), one chunk per step."""
+def step_scenario(run: Run, scenario, graph_max: int, engines: int):
+    """The scenario that times one step of ``run`` on every one of the schedule's ``engines`` (its data replicas,
+    each an engine running the same step at once): a decode of the step's tokens on each engine when it has no
+    prompt tokens or, with CUDA graphs, fits the largest graph; otherwise a prefill chunk of its tokens on each
+    engine (as many requests as it has prompts, the tokens spread evenly over them). A prompt longer than the
+    budget is cut into slices that attend to the slices before them: such a step is one request's prefill per
+    engine in chunks of the budget, each chunk timed at the prompt's mean context
+    (:func:`~deepstack.models.parallel.chunks.prefill_chunks`), one chunk per step."""
     step = run.step
     if step.prefill_tokens == 0 or (scenario.cuda_graphs and step.tokens <= graph_max):
-        return scenario.model_copy(update={"phase": "decode", "batch": step.tokens})
+        return scenario.model_copy(update={"phase": "decode", "batch": step.tokens * engines})
     if scenario.prefill_chunk_tokens and scenario.input_len > scenario.prefill_chunk_tokens:
-        return scenario.model_copy(update={"phase": "prefill", "batch": 1})
+        return scenario.model_copy(update={"phase": "prefill", "batch": engines})
     requests = max(1, step.prefill_requests)
     tokens = math.ceil(step.tokens / requests)
-    return scenario.model_copy(update={"phase": "prefill", "batch": requests, "input_len": tokens,
+    return scenario.model_copy(update={"phase": "prefill", "batch": requests * engines, "input_len": tokens,
                                        "prefill_chunk_tokens": requests * tokens})
 
 
