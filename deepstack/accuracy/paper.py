@@ -283,16 +283,11 @@ def r10_over_h200(rows: list[dict]) -> list[dict]:
 def findings(rows: list[dict], studies: Path | None = None) -> list[dict]:
     """The findings this check computes, then those a study answers: read from the studies' current runs under
     ``studies`` (:mod:`.paper_studies`), or, without it, each saying which study to run."""
+    from deepstack.accuracy.paper_studies import placeholders, study_findings
+
     out = [*totals(rows), *r10_over_h200(rows), r12_bandwidth_peak(), r24_area_anchors()]
-    placeholders = [{"finding": f, "what": what, "paper": paper, "paper_set": None, "default_set": None,
-                     "verdict": f"{NOT_CHECKED}: " + " and ".join(
-                         f"deepstack study run studies/{s}.toml" + ("" if s == "paper-findings" else
-                                                                    " --assumptions paper") for s in studies_of),
-                     "studies": studies_of} for f, what, paper, studies_of in BY_STUDY]
-    if studies is not None:
-        from deepstack.accuracy.paper_studies import study_findings
-        placeholders = study_findings(placeholders, studies)
-    return out + [{k: v for k, v in p.items() if k != "studies"} for p in placeholders]
+    answered = placeholders() if studies is None else study_findings(placeholders(), studies)
+    return out + [{k: v for k, v in p.items() if k != "studies"} for p in answered]
 
 
 def paper_accuracy(progress=None, studies: Path | None = None) -> dict:

@@ -34,6 +34,21 @@ def _command(study: str, assumptions: str) -> str:
 STALE = "stale"
 
 
+def placeholders(without: str | None = None) -> list[dict]:
+    """A row per finding a study answers (``BY_STUDY``), its verdict naming the commands that answer it under the
+    paper set; ``without``: that study left out (and a finding only it answers with it)."""
+    from deepstack.accuracy.paper import BY_STUDY, NOT_CHECKED
+
+    out = []
+    for finding, what, paper, studies in BY_STUDY:
+        studies = tuple(s for s in studies if s != without)
+        if studies:
+            out.append({"finding": finding, "what": what, "paper": paper, "paper_set": None, "default_set": None,
+                        "verdict": f"{NOT_CHECKED}: " + " and ".join(_command(s, "paper") for s in studies),
+                        "studies": studies})
+    return out
+
+
 def _record(out_root: Path, study: str, assumptions: str) -> tuple[dict | None, str, str]:
     """The run's record (None if there is none to read), what is wrong with it ("" if it is current; "not run
     yet", "unreadable" or "stale": then with the command that brings it up to date) and where it came from."""
@@ -105,16 +120,12 @@ def every_finding(out_root: Path = DEFAULT_STUDIES) -> dict:
     """Every finding under both sets, read from the study runs' records alone (the results page's "paper vs
     default" table): the rows the paper-findings run computes itself, then each finding another study answers,
     from that study's runs. ``sources``: the runs read, and what is wrong with any of them."""
-    from deepstack.accuracy.paper import BY_STUDY, NOT_CHECKED
+    from deepstack.accuracy.paper import NOT_CHECKED
 
     record, problem, source = _record(out_root, BOTH_SETS, "paper")
     own = [{**r, "verdict": f"{r['verdict']} ({problem})" if problem else r["verdict"]}
            for r in (_rows(record) if record else []) if not str(r["verdict"]).startswith(NOT_CHECKED)]
-    placeholders = [{"finding": finding, "what": what, "paper": paper, "paper_set": None, "default_set": None,
-                     "verdict": NOT_CHECKED, "studies": others}
-                    for finding, what, paper, studies in BY_STUDY
-                    if (others := tuple(s for s in studies if s != BOTH_SETS))]
-    answered = study_findings(placeholders, out_root)
+    answered = study_findings(placeholders(without=BOTH_SETS), out_root)
     sources = [" — ".join(filter(None, (source, problem))) or problem]
     sources += [r["source"] for r in answered if r.get("source")]
     rows = [{k: v for k, v in r.items() if k not in ("studies", "source")} for r in own + answered]

@@ -280,9 +280,10 @@ FINDING_COLUMNS = {"finding": "finding", "what": "what", "paper": "paper", "pape
 def _paper_vs_default(runs: list[StudyRun], out_root: Path, quick: bool) -> list[str]:
     """Every paper finding with its value under both sets, from the runs' records (the paper-findings run's own
     findings and those the other studies' runs answer); nothing when paper-findings has no (full) run."""
-    if quick or not any(r.record and r.name == "paper-findings" for r in runs):
+    from deepstack.accuracy.paper_studies import BOTH_SETS, every_finding
+
+    if quick or not any(r.record and r.name == BOTH_SETS for r in runs):
         return []
-    from deepstack.accuracy.paper_studies import every_finding
 
     found = every_finding(out_root)
     rows = [{label: _cell(row.get(key)) for key, label in FINDING_COLUMNS.items()} for row in found["rows"]]
