@@ -21,8 +21,8 @@ from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
 from deepstack.models.gpu import power as gpu_power
-from deepstack.models.gpu.admission import admitted_batch
-from deepstack.models.gpu.prefill import Wave, prefill_wave
+from deepstack.models.gpu.admission import admitted_batch, resident
+from deepstack.models.gpu.prefill import SteadyCycle, Wave, prefill_wave, steady_state
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
 from deepstack.models.parallel.prefill_budget import budgeted
@@ -106,8 +106,9 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         ttft_s = step_s
     s = point.schedule
     requests = scenario.batch  # real requests only: a replica's padding serves no one (docs/model.md §13)
-    if scenario.phase == "decode":
-        stps, utps = requests / step_s, 1.0 / step_s
+    if scenario.phase == "decode":  # a steady state's phase is a cycle of steps, each a token per request
+        steps = main.steps if isinstance(main, SteadyCycle) else 1
+        stps, utps = requests * steps / step_s, steps / step_s
     else:  # a GPU's prefill is a wave of vLLM steps: per user, the mean over requests of input tokens / TTFT
         stps = requests * scenario.input_len / step_s
         utps = main.user_tps(scale) if isinstance(main, Wave) else scenario.input_len / step_s
@@ -116,7 +117,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     ambient_c = point.judged_ambient_c
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
-    memory = memory_footprint(scenario, s)
+    memory = memory_footprint(resident(scenario) if dev.gpu else scenario, s)
     violations = []
     if memory.total_B > usable:
         violations.append(
@@ -169,13 +170,16 @@ def idle_devices(schedule: Schedule, batch: int, devices: int) -> int:
 def _on_device(point: DesignPoint, dev, scenario, overlap: bool):
     """The phase as the device runs it. On a real GPU (a chip with a ``gpu`` table; docs/model.md §GPU execution)
     a decode step is serialised and pays the GPU's execution terms, and a prefill is the wave of vLLM steps that
-    serves the batch (:func:`~deepstack.models.gpu.prefill.prefill_wave`), each step timed so. Otherwise the
-    phase as timed, serialised without overlap."""
+    serves the batch (:func:`~deepstack.models.gpu.prefill.prefill_wave`), each step timed so; a decode at a
+    server's steady state is the cycle of such steps (:func:`~deepstack.models.gpu.prefill.steady_state`).
+    Otherwise the phase as timed, serialised without overlap."""
     if point.chip.gpu is None:
         phase = run_phase(point, dev, scenario)
         return phase if overlap else serialised(phase, point.schedule, dev, scenario)
     if scenario.phase == "prefill":
         return prefill_wave(point, dev, scenario, lambda step: _gpu_step(point, dev, step))
+    if scenario.steady_state:
+        return steady_state(point, dev, scenario, lambda step: _gpu_step(point, dev, step))
     return _gpu_step(point, dev, scenario)
 
 

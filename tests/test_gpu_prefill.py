@@ -3,14 +3,18 @@ by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
+from conftest import assert_user_error
 
 from deepstack.catalog import load
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import _gpu_step, evaluate
+from deepstack.models.gpu.admission import admitted_batch, resident
 from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.models.gpu.prefill import step_scenario
-from deepstack.models.gpu.scheduler import Run, Step, wave
+from deepstack.models.gpu.scheduler import Run, Step, steady_cycle, wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.schema import Scenario, Schedule
 
@@ -165,3 +169,65 @@ def test_a_prompt_longer_than_the_budget_is_one_slice_per_step():
     report = evaluate(point, with_ttft=False)
     assert report.breakdown.clock_scale < 1.0 and report.breakdown.power_w_per_device == pytest.approx(1000.0)
     assert report.metrics.ttft_s == pytest.approx(chunked.time_at(report.breakdown.clock_scale), rel=1e-9)
+
+
+def test_steady_cycle_spreads_the_newcomers_prompts_over_a_requests_life():
+    # 8 running requests of 410 tokens: 8 new prompts per 410 steps, one each in 8 steps (7 decodes beside it)
+    assert steady_cycle(8, 634, 410, 8192) == (Run(Step(634, 1, 7, 1), 8), Run(Step(0, 0, 8, 0), 402))
+    # 511 running: 511 = 1 × 410 + 101, so 101 steps take two prompts and 309 one
+    assert steady_cycle(511, 634, 410, 8192) == (Run(Step(1268, 2, 509, 2), 101), Run(Step(634, 1, 510, 1), 309))
+    with pytest.raises(ValueError, match="exceed the step's budget of 512 tokens"):
+        steady_cycle(64, 1024, 1024, 512)
+
+
+def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone():
+    # 4× H100 engines ×2 (tp=4,dp=2), 16 requests (8 per engine) of 634 + 410 tokens, well below the TDP (clock
+    # nominal): a cycle of 410 steps is 8 steps with a newcomer's prompt (634 + 7 tokens per engine: above the
+    # largest graph, a prefill chunk) and 402 decode steps of 8 per engine, as the batch alone decodes them
+    h100 = load("systems", "dgx-h100")
+    scenario = Scenario(model="llama-3.3-70b", phase="decode", batch=16, input_len=634, output_len=410)
+    point = DesignPoint(chip=h100.architecture, scenario=scenario, schedule=Schedule.parse("tp=4,dp=2"),
+                        network=h100.network)
+    alone = evaluate(point, with_ttft=False)
+    steady = evaluate(replace(point, scenario=scenario.model_copy(update={"steady_state": True})), with_ttft=False)
+    assert alone.metrics.frequency_ghz == steady.metrics.frequency_ghz == h100.architecture.clock_GHz
+    dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
+                                       point.sram, point.noc_bw_scale))
+    budgeted_scenario = scenario.model_copy(update={"prefill_chunk_tokens": 8192})
+    mixed = _gpu_step(point, dev, step_scenario(Run(Step(634, 1, 7, 1), 1), budgeted_scenario, 512, 2))
+    decode_s = alone.breakdown.phase_time_s
+    mean_s = (8 * mixed.time_at(1.0) + 402 * decode_s) / 410
+    assert 1 / steady.metrics.utps == pytest.approx(mean_s, rel=1e-9)
+    assert steady.metrics.stps == pytest.approx(16 / mean_s, rel=1e-9)
+    assert steady.metrics.stps < alone.metrics.stps and steady.metrics.tokens_per_joule < alone.metrics.tokens_per_joule
+
+
+def test_a_steady_state_holds_half_the_generation_in_its_kv_cache():
+    # staggered requests hold input + output / 2 tokens each on average, so more of them fit than at the end of a
+    # batch's generation (2 B200s per engine, as ML.ENERGY serves Llama-3.1-70B)
+    scenario = Scenario(model="llama-3.3-70b", phase="decode", batch=4000, input_len=634, output_len=411,
+                        steady_state=True)
+    assert resident(scenario).output_len == 206
+    assert resident(scenario.model_copy(update={"steady_state": False})).output_len == 411
+    schedule = Schedule.parse("tp=2,dp=4")
+    _, dev = _point(scenario)
+    usable = 0.9 * dev.dram.capacity_B
+    steady = admitted_batch(scenario, schedule, usable)
+    alone = admitted_batch(scenario.model_copy(update={"steady_state": False}), schedule, usable)
+    assert alone < steady < 4000
+
+
+def test_cli_evaluates_a_servers_steady_state(cli):
+    args = ("evaluate", "--system", "dgx-h100", "--model", "llama-3.3-70b", "--parallel", "tp=4,dp=2", "--batch",
+            "16", "--input-len", "634", "--output-len", "410")
+    steady = cli(*args, "--steady-state")
+    assert steady.code == 0, steady.err
+    assert "steady state: the breakdown covers 410 engine steps" in steady.out
+    alone, steady_json = cli(*args, "--json"), cli(*args, "--steady-state", "--json")
+    assert alone.json()["metrics"]["stps"] > steady_json.json()["metrics"]["stps"]
+    # a budget a newcomer's prompt and the decodes beside it do not fit: one line naming the field
+    assert_user_error(cli(*args, "--steady-state", "--prefill-chunk-tokens", "512"), "steady_state:",
+                      "prefill_chunk_tokens")
+    # other devices ignore it
+    chip = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--batch", "4", "--json")
+    assert cli(*chip).json()["metrics"] == cli(*chip, "--steady-state").json()["metrics"]

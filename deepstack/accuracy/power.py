@@ -4,15 +4,16 @@ file of its columns given with ``deepstack accuracy power --reference FILE``).
 Every row is one ML.ENERGY Leaderboard v3.0 run (vLLM 0.11.1, the LM Arena chat task): a model served by vLLM
 on ``gpus`` GPUs of one kind at tensor parallelism ``tp`` with ``max_num_seqs`` concurrent requests, its GPU
 power measured over the steady state (all requests running) and its tokens per joule (output tokens / GPU
-energy). :func:`power_accuracy` models it as ``deepstack evaluate`` does a decode step on the catalog's 8-GPU
-server of that GPU (``GPU_SYSTEMS``): the measured engine's ``gpus`` GPUs are one TP group, so the server holds
-8 / tp copies of it (``--parallel tp=T,dp=8/T``), each serving the run's mean running batch (``avg_batch``)
-at the task's mean prompt and the run's mean output length. Both figures are per GPU, so the copies do not
-change them: W per GPU (the busiest device's power) and tokens per joule (system decode rate / system power).
+energy). :func:`power_accuracy` models it as ``deepstack evaluate --steady-state`` does a decode on the catalog's
+8-GPU server of that GPU (``GPU_SYSTEMS``): the measured engine's ``gpus`` GPUs are one TP group, so the server
+holds 8 / tp copies of it (``--parallel tp=T,dp=8/T``), each keeping the run's mean running batch (``avg_batch``)
+going at the task's mean prompt and the run's mean output length — every finished request replaced, its
+successor's prompt prefilled in the decode steps (docs/model.md §GPU power). Both figures are per GPU, so the
+copies do not change them: W per GPU (the busiest device's power) and tokens per joule (system output rate /
+system power).
 
-Not modelled: the prefills mixed into the steady state's steps (a request of ~634 prompt tokens joins every
-``output_len`` steps per running request) and the run's variation of context lengths; the GPU power excludes the
-host, as the measurement does.
+Not modelled: the run's variation of prompt and output lengths (each run is timed at its means); the GPU power
+excludes the host, as the measurement does.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def row_point(raw: dict[str, str]) -> tuple[DesignPoint, str]:
     batch = max(1, round(float(raw["avg_batch"])))
     scenario = Scenario(model=raw["catalog_model"].strip(), phase="decode", batch=batch * copies,
                         input_len=int(raw["input_len"]), output_len=int(raw["output_len"]),
-                        precision=(raw.get("precision") or "").strip() or None)
+                        precision=(raw.get("precision") or "").strip() or None, steady_state=True)
     parallel = f"tp={tp}" + (f",dp={copies}" if copies > 1 else "")
     return DesignPoint(chip=system.architecture, scenario=scenario, schedule=Schedule.parse(parallel),
                        network=system.network), parallel
@@ -82,7 +83,7 @@ def _modelled(raw: dict[str, str]) -> dict[str, Any]:
             "power_error_pct": 100 * (watts / measured_w - 1),
             "measured_tokens_per_J": measured_tpj, "model_tokens_per_J": report.metrics.tokens_per_joule,
             "tokens_per_J_error_pct": 100 * (report.metrics.tokens_per_joule / measured_tpj - 1),
-            "model_step_ms": report.breakdown.phase_time_s * 1e3,
+            "model_step_ms": 1e3 / report.metrics.utps,
             "measured_itl_ms": float(raw.get("measured_median_itl_ms") or "nan")}
 
 

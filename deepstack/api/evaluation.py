@@ -27,8 +27,9 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
              parallel: str | None = None, objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
              overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
              max_temp_c: float | None = None, cuda_graphs: bool | None = None, assumptions: str | None = None,
-             pes: int | None = None, l1_kib: float | None = None, l1_bw_B_per_cycle: float | None = None,
-             hop_latency_scale: float = 1.0, level_bw_scale: str | None = None) -> Report:
+             steady_state: bool | None = None, pes: int | None = None, l1_kib: float | None = None,
+             l1_bw_B_per_cycle: float | None = None, hop_latency_scale: float = 1.0,
+             level_bw_scale: str | None = None) -> Report:
     """Evaluate one design point described as the CLI's flags describe it; see :func:`deepstack.evaluate`.
 
     Without ``parallel`` on a multi-device network the best schedule by ``objective`` is searched (the report
@@ -37,7 +38,7 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     """
     scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
-                          cuda_graphs=cuda_graphs, assumptions=assumptions)
+                          cuda_graphs=cuda_graphs, assumptions=assumptions, steady_state=steady_state)
     if system and (chip or noc):
         raise UserInputError("--system replaces --chip and --noc; give one or the other")
     if system:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deepstack import api, report
+from deepstack import api, catalog, report
 from deepstack.cli.common import (
     TABLE_ROWS,
     AmbientC,
@@ -41,6 +41,10 @@ def evaluate(
     cuda_graphs: Annotated[bool, typer.Option(
         "--cuda-graphs/--eager", help="GPU systems only: decode replays CUDA graphs (vLLM's default) or launches "
                                       "every kernel from the host; other devices ignore it.")] = True,
+    steady_state: Annotated[bool, typer.Option(
+        "--steady-state", help="GPU systems, decode: the batch as a server keeps it running, each finished request "
+                               "replaced at once (its successor's prompt prefilled in the decode steps); default: "
+                               "the batch arrives together and decodes alone. Other devices ignore it.")] = False,
     design: Annotated[str | None, typer.Option(
         help="A row of a study's front by its id (the id column of <study>.pareto.csv/json), with --front.")] = None,
     front: Annotated[str | None, typer.Option(
@@ -80,7 +84,8 @@ def evaluate(
                           input_len=input_len, output_len=output_len, precision=precision,
                           stacked_layers=stacked_layers, connected_layers=connected_layers,
                           parallel=parallel, prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c,
-                          max_temp_c=max_temp_c, cuda_graphs=cuda_graphs, assumptions=assumptions, pes=pes,
+                          max_temp_c=max_temp_c, cuda_graphs=cuda_graphs, assumptions=assumptions,
+                          steady_state=steady_state or None, pes=pes,
                           l1_kib=l1_kib, l1_bw_B_per_cycle=l1_bw_B_per_cycle, hop_latency_scale=hop_latency_scale,
                           level_bw_scale=level_bw_scale, overlap=overlap).as_dict()
     if json_out:
@@ -89,6 +94,7 @@ def evaluate(
         report.evaluation(result)
         _thermal_line(result)
         _prefill_line(result, prefill_chunk_tokens)
+        _steady_line(result, steady_state and _is_gpu(system, chip))
         _search_line(result)
 
 
@@ -119,6 +125,21 @@ def _prefill_line(result: dict, given: int | None) -> None:
     how = "--prefill-chunk-tokens" if given is not None else "auto: vLLM's 8,192 halved until the schedule fits"
     what = "prefill" if sc["phase"] == "prefill" else "prefill for TTFT"
     report.console.print(f"{what}: {sc['prefill_chunk_tokens']:,} tokens per step of each data replica ({how})",
+                         markup=False, highlight=False)
+
+
+def _is_gpu(system: str | None, chip: str | None) -> bool:
+    architecture = catalog.load("systems", system).architecture if system else catalog.load("chips", chip or "standard")
+    return architecture.gpu is not None
+
+
+def _steady_line(result: dict, asked: bool) -> None:
+    """What a steady-state decode's breakdown covers (a GPU's: other devices ignore the flag)."""
+    sc = result["scenario"]
+    if not asked or sc["phase"] != "decode":
+        return
+    report.console.print(f"steady state: the breakdown covers {sc['output_len']:,} engine steps (a request's life, "
+                         f"its successor's prompt included); mean step {1e3 / result['metrics']['utps']:.2f} ms",
                          markup=False, highlight=False)
 
 

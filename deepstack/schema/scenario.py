@@ -84,6 +84,12 @@ class Scenario(Frozen):
         True, description="GPUs only (a chip with a gpu table): decode steps replay CUDA graphs (vLLM's default, "
                           "up to the chip's graph_max_batch) instead of launching every kernel from the host "
                           "(eager, vLLM --enforce-eager); other devices ignore it (docs/model.md §GPU execution)")
+    steady_state: bool = Field(
+        False, description="GPUs only (a chip with a gpu table), decode: the batch as a server keeps it running at "
+                           "steady state (continuous batching: each finished request replaced at once, so the "
+                           "steps also prefill batch / output_len new prompts per step) instead of the batch "
+                           "arriving together and decoding alone (vLLM's benchmark); other devices ignore it "
+                           "(docs/model.md §GPU power)")
     # the cooling environment the design runs in (models/thermal.py); None keeps the chip's thermal table
     ambient_c: float | None = Field(
         None, ge=-50, le=100,

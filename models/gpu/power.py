@@ -29,7 +29,7 @@ from deepstack.models.pipeline.rows import COMPUTE_ROWS
 # anchor, Llama-3.3-70B at 8 concurrent requests on 4× H100 (ML.ENERGY Leaderboard v3.0, vLLM 0.11.1; the most
 # memory-bound point of the file): the modelled W per GPU equals the measured 447 W. Every other row of
 # validation/mlenergy_power.csv is held out (deepstack accuracy power).
-SM_CLOCK_SHARE = 0.56
+SM_CLOCK_SHARE = 0.54
 
 # rows a GPU adds that run no kernel on the SMs (models/gpu/host.py: host work, kernel boundaries, the fused-MoE
 # chain's fixed latency): the timing kind of models/gpu/host.py fixed_timing

@@ -23,6 +23,8 @@ to the prompt, a difference of a few per cent of such a step (docs/calibration.m
 :func:`prefill_wave` returns the whole wave as one :class:`Wave` (a :class:`PhaseResult` whose rows are every
 step's, counted as often as the step runs), so its time is the last request's TTFT; :meth:`Wave.user_tps` gives
 the per-request prefill speed the benchmark reports, mean over requests of input tokens / TTFT.
+:func:`steady_state` times a decode the same way when the scenario asks for a server's steady state (finished
+requests replaced at once, their successors' prompts prefilled in the decode steps).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from deepstack.errors import UserInputError
 from deepstack.models import memo
-from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS, Run, wave
+from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS, Run, steady_cycle, wave
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult
 
-_WAVES = memo.Table("gpu prefill waves", 1024, lru=True)  # (design point, scenario) → Wave
+_WAVES = memo.Table("gpu prefill waves", 1024, lru=True)  # (design point, scenario[, "steady"]) → Wave/SteadyCycle
 
 
 @dataclass(eq=False)
@@ -71,16 +74,46 @@ def prefill_wave(point, dev, scenario, step_phase) -> Wave:
     key = HashedTuple((point, scenario))
     found = _WAVES.lookup(key)
     if found is None:
-        found = _prefill_wave(point, scenario, step_phase)
+        requests = math.ceil(scenario.batch / point.schedule.attention.replicas)  # each data replica is an engine
+        runs = wave(requests, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens,
+                    VLLM_MAX_NUM_SEQS)
+        steps, rows = _timed(point, scenario, runs, step_phase)
+        found = Wave(rows, 1, 1, 0, steps=steps, prompt=scenario.input_len)
         _WAVES.put(key, found)
     return found
 
 
-def _prefill_wave(point, scenario, step_phase) -> Wave:
+@dataclass(eq=False)
+class SteadyCycle(PhaseResult):
+    """``steps`` engine steps of a server at steady state (:func:`~.scheduler.steady_cycle`): every step's rows,
+    counted as often as the step runs; each step gives every running request one token."""
+
+    steps: int = 1
+
+
+def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
+    """A decode of ``scenario`` as a vLLM server keeps it going: its batch running on each data replica, every
+    finished request replaced at once, so the steps also prefill the newcomers' prompts (``output_len`` steps,
+    :func:`~.scheduler.steady_cycle`), each step timed by ``step_phase`` as a wave's steps are."""
+    key = HashedTuple((point, scenario, "steady"))
+    found = _WAVES.lookup(key)
+    if found is None:
+        running = math.ceil(scenario.batch / point.schedule.attention.replicas)
+        try:
+            runs = steady_cycle(running, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens)
+        except ValueError as exc:
+            raise UserInputError(f"steady_state: {exc} (prefill_chunk_tokens); serve fewer requests or allow a "
+                                 "larger budget") from None
+        _, rows = _timed(point, scenario, runs, step_phase)
+        found = SteadyCycle(rows, 1, 1, 0, steps=scenario.output_len)
+        _WAVES.put(key, found)
+    return found
+
+
+def _timed(point, scenario, runs, step_phase) -> tuple[tuple, list]:
+    """Each run of steps with the phase that times its step (equal steps share one), and the rows of them all,
+    each counted as often as its steps run."""
     gpu, s = point.chip.gpu, point.schedule
-    requests = math.ceil(scenario.batch / s.attention.replicas)  # each data replica is an engine of its own
-    budget = scenario.prefill_chunk_tokens
-    runs = wave(requests, scenario.input_len, scenario.output_len, budget, VLLM_MAX_NUM_SEQS)
     timed: dict = {}  # the scenario that times a step → its phase
     steps = []
     for run in runs:
@@ -95,8 +128,7 @@ def _prefill_wave(point, scenario, step_phase) -> Wave:
     for run, phase in steps:
         repeats.setdefault(id(phase), [phase, 0])[1] += run.repeat
     rows = [scaled(r, phase.time_multiplier * n) for phase, n in repeats.values() for r in phase.rows]
-    return Wave(rows, 1, 1, 0, steps=tuple(steps), prompt=scenario.input_len)
-
+    return tuple(steps), rows
 
 
 def step_scenario(run: Run, scenario, graph_max: int, engines: int):

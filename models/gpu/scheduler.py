@@ -18,7 +18,8 @@ runs them as vLLM's V1 engine core does:
   token per step after that and leaves after its ``output_len``-th token, freeing its place.
 
 :func:`wave` runs this until every request has its first token and returns the steps, runs of identical steps
-merged.
+merged. :func:`steady_cycle` gives the steps of a server that keeps its places full instead (continuous
+batching at steady state).
 """
 
 from __future__ import annotations
@@ -105,4 +106,25 @@ def wave(requests: int, prompt: int, output_len: int, budget: int, max_running: 
             finishing[index + output_len - 1] += first
         arrived = requests
         index += 1
+    return tuple(runs)
+
+
+def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> tuple[Run, ...]:
+    """The steps of a server at steady state (continuous batching, every finished request replaced at once by a
+    waiting one): ``running`` requests, each in the engine for ``output_len`` steps (the step completing its
+    prompt, whose end gives its first token, then one decode per step), so ``running`` new prompts join over any
+    ``output_len`` steps — ``running / output_len`` per step (Little's law). The cycle of ``output_len`` steps
+    spreads them as evenly as whole prompts allow: ``running mod output_len`` steps prefill one prompt more than
+    the others. In a step with k prompts the other ``running − k`` requests decode; every step gives each running
+    request one token. Raises ``ValueError`` when a step's prompts and decodes exceed ``budget``."""
+    if min(running, prompt, output_len, budget) < 1:
+        raise ValueError("steady_cycle: running, prompt, output_len and budget must be ≥ 1")
+    fewer, more = divmod(running, output_len)
+    runs = []
+    for prompts, repeat in ((fewer + 1, more), (fewer, output_len - more)):
+        if repeat:
+            if prompts * prompt + running - prompts > budget:
+                raise ValueError(f"{prompts} prompt(s) of {prompt} tokens and {running - prompts} decodes per step "
+                                 f"exceed the step's budget of {budget} tokens")
+            runs.append(Run(Step(prompts * prompt, prompts, running - prompts, prompts), repeat))
     return tuple(runs)
