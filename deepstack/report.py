@@ -141,9 +141,11 @@ def evaluation(result: dict[str, Any]) -> None:
     table("device", [{key: hw.get(key) for key in keys}])
     b = result["breakdown"]
     util = ", ".join(f"{k} {v:.0%}" for k, v in b["utilization"].items())
-    console.print(f"busiest device: {b['phase_time_s'] * 1e3:.3f} ms per forward pass; utilization {util}")
+    steps = b.get("engine_steps")
+    span = f"over {steps:,} vLLM engine steps" if steps is not None else "per forward pass"
+    console.print(f"busiest device: {b['phase_time_s'] * 1e3:.3f} ms {span}; utilization {util}")
     rows = sorted(b["operators"], key=lambda r: -r["time_s"])
-    table("operators (per forward pass, slowest first)", [
+    table(f"operators ({span}, slowest first)", [
         {"layer": r["layer"], "operator": r["name"], "×": r["count"], "time_ms": r["time_s"] * 1e3,
          "share": f"{r['share']:.1%}", "bound": r["bound"], "compute": f"{r['compute_utilization']:.0%}",
          "dram": f"{r['dram_utilization']:.0%}", "tiling": r["config"]}

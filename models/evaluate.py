@@ -106,9 +106,9 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         ttft_s = step_s
     s = point.schedule
     requests = scenario.batch  # real requests only: a replica's padding serves no one (docs/model.md §13)
-    if scenario.phase == "decode":  # a steady state's phase is a cycle of steps, each a token per request
-        steps = main.steps if isinstance(main, SteadyCycle) else 1
-        stps, utps = requests * steps / step_s, steps / step_s
+    if scenario.phase == "decode":  # a steady state's phase is a cycle of steps giving each request its tokens
+        tokens = main.tokens_per_request if isinstance(main, SteadyCycle) else 1
+        stps, utps = requests * tokens / step_s, tokens / step_s
     else:  # a GPU's prefill is a wave of vLLM steps: per user, the mean over requests of input tokens / TTFT
         stps = requests * scenario.input_len / step_s
         utps = main.user_tps(scale) if isinstance(main, Wave) else scenario.input_len / step_s

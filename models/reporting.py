@@ -150,4 +150,5 @@ def breakdown(phase: PhaseResult, dev: DeviceSpec, scale: float, time_s: float, 
         memory_GiB_per_device=MemoryUse(weights=memory.weights_B / GiB, kv_cache=memory.kv_cache_B / GiB,
                                         activations=memory.activations_B / GiB),
         operators=tuple(_row_entry(r, dev, scale, time_s, phase.time_multiplier) for r in phase.rows),
+        engine_steps=phase.engine_steps,
     )

@@ -205,6 +205,12 @@ class Breakdown(Record):
     power_w_per_device: float
     memory_GiB_per_device: MemoryUse
     operators: tuple[OperatorEntry, ...]
+    # the engine steps the times cover when the phase is a GPU's vLLM prefill wave or steady-state cycle (the
+    # operators' counts are over all of them); None (key absent): one forward pass
+    engine_steps: int | None = None
+
+    def _keys(self) -> tuple[str, ...]:
+        return self.KEYS if self.engine_steps is not None else self.KEYS[:-1]
 
 
 @record

@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 from conftest import assert_user_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deepstack.catalog import load
 from deepstack.models.design import DesignPoint
@@ -14,7 +16,7 @@ from deepstack.models.evaluate import _gpu_step, evaluate
 from deepstack.models.gpu.admission import admitted_batch, resident
 from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.models.gpu.prefill import step_scenario
-from deepstack.models.gpu.scheduler import Run, Step, steady_cycle, wave
+from deepstack.models.gpu.scheduler import Run, Step, cycle_steps, steady_cycle, wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.schema import Scenario, Schedule
 
@@ -176,8 +178,41 @@ def test_steady_cycle_spreads_the_newcomers_prompts_over_a_requests_life():
     assert steady_cycle(8, 634, 410, 8192) == (Run(Step(634, 1, 7, 1), 8), Run(Step(0, 0, 8, 0), 402))
     # 511 running: 511 = 1 × 410 + 101, so 101 steps take two prompts and 309 one
     assert steady_cycle(511, 634, 410, 8192) == (Run(Step(1268, 2, 509, 2), 101), Run(Step(634, 1, 510, 1), 309))
-    with pytest.raises(ValueError, match="exceed the step's budget of 512 tokens"):
-        steady_cycle(64, 1024, 1024, 512)
+
+
+def test_steady_cycle_chunks_a_prompt_the_decodes_leave_no_room_for():
+    # 64 running, prompts of 16,384 tokens, budget 8,192: beside 63 decodes a chunk is 8,129 tokens, so a prompt
+    # spans 3 steps (8,129 + 8,129 + 126) and a request lives 1,024 + 2 steps; 64 prompts × 3 steps of the 1,026,
+    # the other 834 decode all 64
+    runs = steady_cycle(64, 16384, 1024, 8192)
+    assert runs == (Run(Step(8129, 1, 63, 0), 128), Run(Step(126, 1, 63, 1), 64), Run(Step(0, 0, 64, 0), 834))
+    assert cycle_steps(runs) == 1026
+    # the same prompts at budget 512: chunks of 449, 3 steps each
+    assert steady_cycle(64, 1024, 1024, 512)[:2] == (Run(Step(449, 1, 63, 0), 128), Run(Step(126, 1, 63, 1), 64))
+
+
+def test_steady_cycle_refuses_more_prefill_than_the_budget_leaves():
+    # a newcomer every 128 / 512 steps with 2,048 tokens: 4 whole prompts a step (8,192 + 508 decodes) exceed
+    # 8,192; 384 running take 3 a step (6,144 + 381); chunks cannot help, the prompts would overlap
+    with pytest.raises(ValueError, match=r"budget of 8192 tokens .* at most 384 fit"):
+        steady_cycle(512, 2048, 128, 8192)
+    with pytest.raises(ValueError, match="at most 6 fit"):  # 16k prompts every 16 steps: 3 chunk steps each
+        steady_cycle(64, 16384, 16, 8192)
+
+
+@settings(max_examples=200, deadline=None)
+@given(running=st.integers(1, 300), prompt=st.integers(1, 20000), output_len=st.integers(1, 2000),
+       budget=st.integers(64, 16384))
+def test_a_steady_cycle_gives_every_request_its_tokens_within_the_budget(running, prompt, output_len, budget):
+    try:
+        runs = steady_cycle(running, prompt, output_len, budget)
+    except ValueError:
+        return
+    assert all(r.step.tokens <= budget and r.step.decodes + r.step.prefill_requests <= running for r in runs)
+    # over the cycle: every request's whole prompt, and output_len tokens each (its first and its decodes)
+    assert sum(r.repeat * r.step.prefill_tokens for r in runs) == running * prompt
+    assert sum(r.repeat * (r.step.decodes + r.step.first_tokens) for r in runs) == running * output_len
+    assert cycle_steps(runs) >= output_len
 
 
 def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone():
@@ -225,9 +260,17 @@ def test_cli_evaluates_a_servers_steady_state(cli):
     assert "steady state: the breakdown covers 410 engine steps" in steady.out
     alone, steady_json = cli(*args, "--json"), cli(*args, "--steady-state", "--json")
     assert alone.json()["metrics"]["stps"] > steady_json.json()["metrics"]["stps"]
-    # a budget a newcomer's prompt and the decodes beside it do not fit: one line naming the field
-    assert_user_error(cli(*args, "--steady-state", "--prefill-chunk-tokens", "512"), "steady_state:",
+    # prompts that need more prefill than the budget leaves: one line naming the field and what fits
+    crowded = ("evaluate", "--system", "dgx-b200", "--model", "llama-3.3-70b", "--parallel", "tp=4,dp=2", "--batch",
+               "1024", "--input-len", "2048", "--output-len", "128", "--steady-state")
+    assert_user_error(cli(*crowded), "steady_state:", "at most 384 fit on each of the 2 data replicas",
                       "prefill_chunk_tokens")
+    # a prompt longer than the budget leaves is chunked: the cycle has the chunks' extra steps
+    chunked = cli(*args, "--steady-state", "--prefill-chunk-tokens", "512", "--json").json()
+    # 8 per engine: chunks of 512 − 7 = 505 tokens, 2 per prompt, so each request lives 411 steps
+    assert chunked["breakdown"]["engine_steps"] == 411
+    assert chunked["metrics"]["utps"] == pytest.approx(410 / chunked["breakdown"]["phase_time_s"], rel=1e-12)
+    assert "engine_steps" not in alone.json()["breakdown"]  # one forward pass: the key is absent
     # other devices ignore it
     chip = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--batch", "4", "--json")
     assert cli(*chip).json()["metrics"] == cli(*chip, "--steady-state").json()["metrics"]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from deepstack import api, catalog, report
+from deepstack import api, report
 from deepstack.cli.common import (
     TABLE_ROWS,
     AmbientC,
@@ -94,7 +94,7 @@ def evaluate(
         report.evaluation(result)
         _thermal_line(result)
         _prefill_line(result, prefill_chunk_tokens)
-        _steady_line(result, steady_state and _is_gpu(system, chip))
+        _steady_line(result)
         _search_line(result)
 
 
@@ -128,18 +128,14 @@ def _prefill_line(result: dict, given: int | None) -> None:
                          markup=False, highlight=False)
 
 
-def _is_gpu(system: str | None, chip: str | None) -> bool:
-    architecture = catalog.load("systems", system).architecture if system else catalog.load("chips", chip or "standard")
-    return architecture.gpu is not None
-
-
-def _steady_line(result: dict, asked: bool) -> None:
-    """What a steady-state decode's breakdown covers (a GPU's: other devices ignore the flag)."""
-    sc = result["scenario"]
-    if not asked or sc["phase"] != "decode":
+def _steady_line(result: dict) -> None:
+    """What a GPU's steady-state decode covers (other devices ignore the flag: one forward pass)."""
+    sc, steps = result["scenario"], result["breakdown"].get("engine_steps")
+    if sc["phase"] != "decode" or steps is None:
         return
-    report.console.print(f"steady state: the breakdown covers {sc['output_len']:,} engine steps (a request's life, "
-                         f"its successor's prompt included); mean step {1e3 / result['metrics']['utps']:.2f} ms",
+    report.console.print(f"steady state: the breakdown covers {steps:,} engine steps (a request's life, its "
+                         f"successor's prompt included), {sc['output_len']:,} tokens per request; mean step "
+                         f"{result['breakdown']['phase_time_s'] * 1e3 / steps:.2f} ms",
                          markup=False, highlight=False)
 
 

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 from deepstack.errors import UserInputError
 from deepstack.models import memo
-from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS, Run, steady_cycle, wave
+from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS, Run, cycle_steps, steady_cycle, wave
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult
 
-_WAVES = memo.Table("gpu prefill waves", 1024, lru=True)  # (design point, scenario[, "steady"]) → Wave/SteadyCycle
+_WAVES = memo.Table("gpu prefill waves", 1024, lru=True)  # (design point, scenario) → Wave/SteadyCycle
 
 
 @dataclass(eq=False)
@@ -48,6 +48,10 @@ class Wave(PhaseResult):
 
     steps: tuple = ()  # ((Run, PhaseResult of one such step), ...)
     prompt: int = 0  # input tokens per request
+
+    @property
+    def engine_steps(self) -> int:
+        return cycle_steps(tuple(run for run, _ in self.steps))
 
     def ttfts(self, scale: float = 1.0) -> list[tuple[float, int]]:
         """(TTFT, requests that have it) in order: each request's first token comes at the end of the step that
@@ -85,27 +89,35 @@ def prefill_wave(point, dev, scenario, step_phase) -> Wave:
 
 @dataclass(eq=False)
 class SteadyCycle(PhaseResult):
-    """``steps`` engine steps of a server at steady state (:func:`~.scheduler.steady_cycle`): every step's rows,
-    counted as often as the step runs; each step gives every running request one token."""
+    """A server's steady-state cycle of ``cycle_steps`` engine steps (:func:`~.scheduler.steady_cycle`): every
+    step's rows, counted as often as the step runs; over it every running request gets ``tokens_per_request``
+    tokens (its ``output_len``: one a step but in the steps that prefill the first chunks of its prompt)."""
 
-    steps: int = 1
+    tokens_per_request: int = 1
+    cycle_steps: int = 1
+
+    @property
+    def engine_steps(self) -> int:
+        return self.cycle_steps
 
 
 def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
     """A decode of ``scenario`` as a vLLM server keeps it going: its batch running on each data replica, every
-    finished request replaced at once, so the steps also prefill the newcomers' prompts (``output_len`` steps,
-    :func:`~.scheduler.steady_cycle`), each step timed by ``step_phase`` as a wave's steps are."""
-    key = HashedTuple((point, scenario, "steady"))
+    finished request replaced at once, so the steps also prefill the newcomers' prompts, whole or in chunks
+    (:func:`~.scheduler.steady_cycle`), each step timed by ``step_phase`` as a wave's steps are."""
+    key = HashedTuple((point, scenario))  # the scenario's phase and steady_state set it apart from a wave
     found = _WAVES.lookup(key)
     if found is None:
-        running = math.ceil(scenario.batch / point.schedule.attention.replicas)
+        engines = point.schedule.attention.replicas
+        running = math.ceil(scenario.batch / engines)
         try:
             runs = steady_cycle(running, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens)
         except ValueError as exc:
-            raise UserInputError(f"steady_state: {exc} (prefill_chunk_tokens); serve fewer requests or allow a "
-                                 "larger budget") from None
+            where = f" on each of the {engines} data replicas" if engines > 1 else ""
+            raise UserInputError(f"steady_state: {exc}{where} (prefill_chunk_tokens); serve fewer requests or "
+                                 "allow a larger budget") from None
         _, rows = _timed(point, scenario, runs, step_phase)
-        found = SteadyCycle(rows, 1, 1, 0, steps=scenario.output_len)
+        found = SteadyCycle(rows, 1, 1, 0, tokens_per_request=scenario.output_len, cycle_steps=cycle_steps(runs))
         _WAVES.put(key, found)
     return found
 

@@ -116,15 +116,51 @@ def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> tup
     ``output_len`` steps — ``running / output_len`` per step (Little's law). The cycle of ``output_len`` steps
     spreads them as evenly as whole prompts allow: ``running mod output_len`` steps prefill one prompt more than
     the others. In a step with k prompts the other ``running − k`` requests decode; every step gives each running
-    request one token. Raises ``ValueError`` when a step's prompts and decodes exceed ``budget``."""
+    request one token.
+
+    When a newcomer's whole prompt does not fit beside the others' decodes, vLLM chunks it: a prompt at a time,
+    each chunk the ``budget`` less the other ``running − 1`` decodes, so a prompt spans n = ⌈prompt / chunk⌉
+    steps and a request is in the engine for ``output_len + n − 1`` steps (no token in its first n − 1). Over that
+    cycle the ``running`` prompts take n steps each and the other steps decode every request. Raises
+    ``ValueError`` when the prompts need more of the budget than either form leaves them, naming how many running
+    requests would fit."""
     if min(running, prompt, output_len, budget) < 1:
         raise ValueError("steady_cycle: running, prompt, output_len and budget must be ≥ 1")
     fewer, more = divmod(running, output_len)
-    runs = []
-    for prompts, repeat in ((fewer + 1, more), (fewer, output_len - more)):
-        if repeat:
-            if prompts * prompt + running - prompts > budget:
-                raise ValueError(f"{prompts} prompt(s) of {prompt} tokens and {running - prompts} decodes per step "
-                                 f"exceed the step's budget of {budget} tokens")
-            runs.append(Run(Step(prompts * prompt, prompts, running - prompts, prompts), repeat))
-    return tuple(runs)
+    if _whole_prompts_fit(running, prompt, output_len, budget):
+        return tuple(Run(Step(k * prompt, k, running - k, k), repeat)
+                     for k, repeat in ((fewer + 1, more), (fewer, output_len - more)) if repeat)
+    if not _chunked_prompts_fit(running, prompt, output_len, budget):
+        fits = next((r for r in range(running - 1, 0, -1) if _whole_prompts_fit(r, prompt, output_len, budget)
+                     or _chunked_prompts_fit(r, prompt, output_len, budget)), 0)
+        raise ValueError(f"{running} running requests, each replaced by a newcomer with a {prompt}-token prompt "
+                         f"every {output_len} steps, need more prefill than the step's budget of {budget} tokens "
+                         f"leaves beside their decodes; at most {fits} fit")
+    chunk = budget - (running - 1)
+    n = -(-prompt // chunk)
+    cycle = output_len + n - 1
+    runs = (Run(Step(chunk, 1, running - 1, 0), running * (n - 1)),
+            Run(Step(prompt - (n - 1) * chunk, 1, running - 1, 1), running),
+            Run(Step(0, 0, running, 0), cycle - running * n))
+    return tuple(r for r in runs if r.repeat)
+
+
+def cycle_steps(runs: tuple[Run, ...]) -> int:
+    """The engine steps of a cycle (or wave)."""
+    return sum(run.repeat for run in runs)
+
+
+def _whole_prompts_fit(running: int, prompt: int, output_len: int, budget: int) -> bool:
+    """Whether the steps taking the most whole prompts (⌈running / output_len⌉) fit the budget with the
+    decodes beside them."""
+    most = -(-running // output_len)
+    return most * prompt + running - most <= budget
+
+
+def _chunked_prompts_fit(running: int, prompt: int, output_len: int, budget: int) -> bool:
+    """Whether chunked prompts, one at a time, fit the cycle without overlapping."""
+    chunk = budget - (running - 1)
+    if chunk < 1:
+        return False
+    n = -(-prompt // chunk)
+    return running * n <= output_len + n - 1

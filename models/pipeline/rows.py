@@ -187,6 +187,12 @@ class PhaseResult:
         if self.nominal_stage_s is None:
             self.nominal_stage_s = weighted_sum(self.parts)
 
+    @property
+    def engine_steps(self) -> int | None:
+        """The engine steps the phase covers when it is a serving framework's sequence of them (a GPU's prefill
+        wave or steady-state cycle, :mod:`deepstack.models.gpu.prefill`); None for one pass."""
+        return None
+
     @functools.cached_property
     def made(self) -> list:
         """The parts with every row made (runs of rows stay runs)."""
