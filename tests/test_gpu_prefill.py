@@ -274,3 +274,14 @@ def test_cli_evaluates_a_servers_steady_state(cli):
     # other devices ignore it
     chip = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--batch", "4", "--json")
     assert cli(*chip).json()["metrics"] == cli(*chip, "--steady-state").json()["metrics"]
+
+
+def test_cli_names_the_engine_steps_a_gpu_prefill_covers(cli):
+    # 16 prompts of 1,024 tokens at vLLM's 8,192-token budget: three engine steps (the wave above); the breakdown's
+    # times are over all three, and the report says so where a 3D chip's says "per forward pass"
+    gpu = cli("evaluate", "--system", "dgx-b200", "--model", "llama-3.3-70b", "--parallel", "tp=8", "--phase",
+              "prefill", "--batch", "16")
+    assert gpu.code == 0, gpu.err
+    assert "over 3 vLLM engine steps" in gpu.out and "per forward pass" not in gpu.out
+    chip = cli("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--phase", "prefill", "--batch", "4")
+    assert "per forward pass" in chip.out and "engine steps" not in chip.out
