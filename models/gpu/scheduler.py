@@ -133,9 +133,9 @@ def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> tup
     if not _chunked_prompts_fit(running, prompt, output_len, budget):
         fits = next((r for r in range(running - 1, 0, -1) if _whole_prompts_fit(r, prompt, output_len, budget)
                      or _chunked_prompts_fit(r, prompt, output_len, budget)), 0)
-        raise ValueError(f"{running} running requests, each replaced by a newcomer with a {prompt}-token prompt "
-                         f"every {output_len} steps, need more prefill than the step's budget of {budget} tokens "
-                         f"leaves beside their decodes; at most {fits} fit")
+        raise ValueError(f"{running} running requests, each replaced after its {output_len} tokens by a newcomer "
+                         f"with a {prompt}-token prompt, need more prefill than the step's budget of {budget} "
+                         f"tokens leaves beside their decodes; at most {fits} fit")
     chunk = budget - (running - 1)
     n = -(-prompt // chunk)
     cycle = output_len + n - 1
