@@ -285,3 +285,18 @@ def test_cli_names_the_engine_steps_a_gpu_prefill_covers(cli):
     assert "over 3 vLLM engine steps" in gpu.out and "per forward pass" not in gpu.out
     chip = cli("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--phase", "prefill", "--batch", "4")
     assert "per forward pass" in chip.out and "engine steps" not in chip.out
+
+
+def test_a_long_prompts_last_slice_is_timed_as_its_own_tokens():
+    # 10,000 tokens at a budget of 8,192: a full slice, then the last 1,808 tokens; each step is a slice of its own
+    # tokens at the prompt's mean context (before: the last step cost a full 8,192-token slice)
+    scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=1, input_len=10000, prefill_chunk_tokens=8192,
+                        cuda_graphs=False)
+    full, last = wave(1, 10000, 1024, 8192, 1024)
+    assert (full, last) == (Run(Step(8192, 1, 0, 0), 1), Run(Step(1808, 1, 0, 1), 1))
+    assert step_scenario(full, scenario, 512, 1).prefill_chunk_tokens == 8192
+    assert step_scenario(last, scenario, 512, 1).prefill_chunk_tokens == 1808
+    point, dev = _point(scenario)
+    # one slice per step (the wave keeps one of the chunked prefill's slices): 8,192 tokens, then ~1,808
+    slow, fast = (_gpu_step(point, dev, step_scenario(r, scenario, 512, 1)).nominal_stage_s for r in (full, last))
+    assert fast < 0.5 * slow

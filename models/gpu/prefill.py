@@ -149,13 +149,14 @@ def step_scenario(run: Run, scenario, graph_max: int, engines: int):
     prompt tokens or, with CUDA graphs, fits the largest graph; otherwise a prefill chunk of its tokens on each
     engine (as many requests as it has prompts, the tokens spread evenly over them). A prompt longer than the
     budget is cut into slices that attend to the slices before them: such a step is one request's prefill per
-    engine in chunks of the budget, each chunk timed at the prompt's mean context
-    (:func:`~deepstack.models.parallel.chunks.prefill_chunks`), one chunk per step."""
+    engine in slices of the step's tokens (the budget; fewer for a prompt's last slice), each timed at the
+    prompt's mean context (:func:`~deepstack.models.parallel.chunks.prefill_chunks`), one slice per step."""
     step = run.step
     if step.prefill_tokens == 0 or (scenario.cuda_graphs and step.tokens <= graph_max):
         return scenario.model_copy(update={"phase": "decode", "batch": step.tokens * engines})
     if scenario.prefill_chunk_tokens and scenario.input_len > scenario.prefill_chunk_tokens:
-        return scenario.model_copy(update={"phase": "prefill", "batch": engines})
+        # a slice of the step's tokens (the budget, or less for a prompt's last slice)
+        return scenario.model_copy(update={"phase": "prefill", "batch": engines, "prefill_chunk_tokens": step.tokens})
     requests = max(1, step.prefill_requests)
     tokens = math.ceil(step.tokens / requests)
     return scenario.model_copy(update={"phase": "prefill", "batch": requests * engines, "input_len": tokens,
