@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import assert_user_error
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,44 +174,58 @@ def test_a_prompt_longer_than_the_budget_is_one_slice_per_step():
 
 def test_steady_cycle_spreads_the_newcomers_prompts_over_a_requests_life():
     # 8 running requests of 410 tokens: 8 new prompts per 410 steps, one each in 8 steps (7 decodes beside it)
-    assert steady_cycle(8, 634, 410, 8192) == (Run(Step(634, 1, 7, 1), 8), Run(Step(0, 0, 8, 0), 402))
+    assert steady_cycle(8, 634, 410, 8192) == ((Run(Step(634, 1, 7, 1), 8), Run(Step(0, 0, 8, 0), 402)), 8)
     # 511 running: 511 = 1 × 410 + 101, so 101 steps take two prompts and 309 one
-    assert steady_cycle(511, 634, 410, 8192) == (Run(Step(1268, 2, 509, 2), 101), Run(Step(634, 1, 510, 1), 309))
+    assert steady_cycle(511, 634, 410, 8192).runs == (Run(Step(1268, 2, 509, 2), 101),
+                                                      Run(Step(634, 1, 510, 1), 309))
 
 
 def test_steady_cycle_chunks_a_prompt_the_decodes_leave_no_room_for():
     # 64 running, prompts of 16,384 tokens, budget 8,192: beside 63 decodes a chunk is 8,129 tokens, so a prompt
     # spans 3 steps (8,129 + 8,129 + 126) and a request lives 1,024 + 2 steps; 64 prompts × 3 steps of the 1,026,
     # the other 834 decode all 64
-    runs = steady_cycle(64, 16384, 1024, 8192)
+    runs, requests = steady_cycle(64, 16384, 1024, 8192)
     assert runs == (Run(Step(8129, 1, 63, 0), 128), Run(Step(126, 1, 63, 1), 64), Run(Step(0, 0, 64, 0), 834))
-    assert cycle_steps(runs) == 1026
+    assert cycle_steps(runs) == 1026 and requests == 64
     # the same prompts at budget 512: chunks of 449, 3 steps each
-    assert steady_cycle(64, 1024, 1024, 512)[:2] == (Run(Step(449, 1, 63, 0), 128), Run(Step(126, 1, 63, 1), 64))
+    assert steady_cycle(64, 1024, 1024, 512).runs[:2] == (Run(Step(449, 1, 63, 0), 128),
+                                                          Run(Step(126, 1, 63, 1), 64))
 
 
-def test_steady_cycle_refuses_more_prefill_than_the_budget_leaves():
-    # a newcomer every 128 / 512 steps with 2,048 tokens: 4 whole prompts a step (8,192 + 508 decodes) exceed
-    # 8,192; 384 running take 3 a step (6,144 + 381); chunks cannot help, the prompts would overlap
-    with pytest.raises(ValueError, match=r"budget of 8192 tokens .* at most 384 fit"):
-        steady_cycle(512, 2048, 128, 8192)
-    with pytest.raises(ValueError, match="at most 6 fit"):  # 16k prompts every 16 steps: 3 chunk steps each
-        steady_cycle(64, 16384, 16, 8192)
+def test_a_busy_servers_steps_run_their_full_budget():
+    # 512 running, a newcomer after each request's 128 tokens with a 2,048-token prompt, budget 8,192: whole prompts
+    # (4 a step, 8,192 + 508 decodes) exceed the budget and chunked ones overlap. A request's work is 2,048 + 127
+    # tokens, so the budget finishes 8,192 / 2,175 requests a step (< 512 / 128): every step is full, 8,192 requests
+    # finish in 2,175 steps, and their 8,192 × 127 decodes make 478 a step in 1,441 steps and 479 in 734
+    runs, requests = steady_cycle(512, 2048, 128, 8192)
+    assert requests == 8192 and cycle_steps(runs) == 2175
+    assert {r.step.tokens for r in runs} == {8192}
+    by_decodes = {d: sum(r.repeat for r in runs if r.step.decodes == d) for d in (478, 479)}
+    assert by_decodes == {478: 1441, 479: 734} and {r.step.prefill_tokens for r in runs} == {7714, 7713}
+    assert sum(r.repeat * r.step.first_tokens for r in runs) == 8192
+    # each step's 7,713–7,714 prompt tokens touch 4 or 5 prompts of the stream and complete 3 or 4
+    assert {(r.step.prefill_requests, r.step.first_tokens) for r in runs} <= {(4, 3), (4, 4), (5, 4)}
+    # 150 running with 5,000-token prompts, 100 output tokens: 1.5 prompts a step (7,500 + 148.5 decodes) fit the
+    # budget on average, though two whole prompts do not: each request lives 100 steps, so 3 finish every 2 steps,
+    # 7,500 prompt tokens each, the first step ending one prompt and the second two (the stream: 0–7,500, 7,500–15,000)
+    assert steady_cycle(150, 5000, 100, 8192) == ((Run(Step(7500, 2, 148, 1), 1), Run(Step(7500, 2, 149, 2), 1)), 3)
 
 
 @settings(max_examples=200, deadline=None)
 @given(running=st.integers(1, 300), prompt=st.integers(1, 20000), output_len=st.integers(1, 2000),
        budget=st.integers(64, 16384))
 def test_a_steady_cycle_gives_every_request_its_tokens_within_the_budget(running, prompt, output_len, budget):
-    try:
-        runs = steady_cycle(running, prompt, output_len, budget)
-    except ValueError:
-        return
-    assert all(r.step.tokens <= budget and r.step.decodes + r.step.prefill_requests <= running for r in runs)
-    # over the cycle: every request's whole prompt, and output_len tokens each (its first and its decodes)
-    assert sum(r.repeat * r.step.prefill_tokens for r in runs) == running * prompt
-    assert sum(r.repeat * (r.step.decodes + r.step.first_tokens) for r in runs) == running * output_len
-    assert cycle_steps(runs) >= output_len
+    runs, requests = steady_cycle(running, prompt, output_len, budget)
+    assert all(r.step.prefill_tokens >= 0 and r.step.tokens <= budget and r.step.decodes <= running
+               and r.step.first_tokens <= r.step.prefill_requests for r in runs)
+    # over the cycle: every finished request's whole prompt, and output_len tokens each (its first and its decodes)
+    assert sum(r.repeat * r.step.prefill_tokens for r in runs) == requests * prompt
+    assert sum(r.repeat * (r.step.decodes + r.step.first_tokens) for r in runs) == requests * output_len
+    # Little's law: a request lives running · cycle / requests steps, at least its output_len; a cycle of whole or
+    # chunked prompts is one life of every running request
+    assert running * cycle_steps(runs) >= requests * output_len
+    if requests == running:
+        assert all(r.step.decodes + r.step.prefill_requests <= running for r in runs)
 
 
 def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone():
@@ -260,11 +273,15 @@ def test_cli_evaluates_a_servers_steady_state(cli):
     assert "steady state: the breakdown covers 410 engine steps" in steady.out
     alone, steady_json = cli(*args, "--json"), cli(*args, "--steady-state", "--json")
     assert alone.json()["metrics"]["stps"] > steady_json.json()["metrics"]["stps"]
-    # prompts that need more prefill than the budget leaves: one line naming the field and what fits
+    # prompts that need more prefill than the budget leaves (512 per engine, the test above): every step runs its
+    # full budget, 8,192 requests finish per engine in 2,175 steps, each running one gets 8,192 · 128 / 512 tokens
     crowded = ("evaluate", "--system", "dgx-b200", "--model", "llama-3.3-70b", "--parallel", "tp=4,dp=2", "--batch",
                "1024", "--input-len", "2048", "--output-len", "128", "--steady-state")
-    assert_user_error(cli(*crowded), "steady_state:", "at most 384 fit on each of the 2 data replicas",
-                      "prefill_chunk_tokens")
+    busy = cli(*crowded, "--json").json()
+    assert busy["breakdown"]["engine_steps"] == 2175
+    assert busy["metrics"]["utps"] == pytest.approx(2048 / busy["breakdown"]["phase_time_s"], rel=1e-12)
+    assert busy["metrics"]["stps"] == pytest.approx(2 * 8192 * 128 / busy["breakdown"]["phase_time_s"], rel=1e-12)
+    assert "busy" in cli(*crowded).out and "a request lives 135.9 steps for its 128 tokens" in cli(*crowded).out
     # a prompt longer than the budget leaves is chunked: the cycle has the chunks' extra steps
     chunked = cli(*args, "--steady-state", "--prefill-chunk-tokens", "512", "--json").json()
     # 8 per engine: chunks of 512 − 7 = 505 tokens, 2 per prompt, so each request lives 411 steps

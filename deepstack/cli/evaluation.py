@@ -133,10 +133,16 @@ def _steady_line(result: dict) -> None:
     sc, steps = result["scenario"], result["breakdown"].get("engine_steps")
     if sc["phase"] != "decode" or steps is None:
         return
-    report.console.print(f"steady state: the breakdown covers {steps:,} engine steps (a request's life, its "
-                         f"successor's prompt included), {sc['output_len']:,} tokens per request; mean step "
-                         f"{result['breakdown']['phase_time_s'] * 1e3 / steps:.2f} ms",
-                         markup=False, highlight=False)
+    cycle_s, output_len = result["breakdown"]["phase_time_s"], sc["output_len"]
+    tokens = result["metrics"]["utps"] * cycle_s  # each running request's tokens over the cycle
+    if abs(tokens - output_len) > 1e-6 * output_len:  # a busy server's mean cycle: not one request's life
+        covers = (f"steady state, busy (the newcomers' prompts share the steps' budget, queueing for it): the "
+                  f"breakdown covers {steps:,} engine steps; a request lives {steps * output_len / tokens:,.1f} "
+                  f"steps for its {output_len:,} tokens")
+    else:
+        covers = (f"steady state: the breakdown covers {steps:,} engine steps (a request's life, its successor's "
+                  f"prompt included), {output_len:,} tokens per request")
+    report.console.print(f"{covers}; mean step {cycle_s * 1e3 / steps:.2f} ms", markup=False, highlight=False)
 
 
 def _thermal_line(result: dict) -> None:

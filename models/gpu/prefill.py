@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deepstack.errors import UserInputError
 from deepstack.models import memo
 from deepstack.models.gpu.scheduler import VLLM_MAX_NUM_SEQS, Run, cycle_steps, steady_cycle, wave
 from deepstack.models.hashing import HashedTuple
@@ -91,9 +90,11 @@ def prefill_wave(point, dev, scenario, step_phase) -> Wave:
 class SteadyCycle(PhaseResult):
     """A server's steady-state cycle of ``cycle_steps`` engine steps (:func:`~.scheduler.steady_cycle`): every
     step's rows, counted as often as the step runs; over it every running request gets ``tokens_per_request``
-    tokens (its ``output_len``: one a step but in the steps that prefill the first chunks of its prompt)."""
+    tokens on average: its ``output_len`` (one a step but in the steps that prefill the first chunks of its
+    prompt), or fewer when the server is busy and newcomers wait for the budget (the requests that finish in the
+    cycle times ``output_len``, over the running ones)."""
 
-    tokens_per_request: int = 1
+    tokens_per_request: float = 1.0
     cycle_steps: int = 1
 
     @property
@@ -103,21 +104,18 @@ class SteadyCycle(PhaseResult):
 
 def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
     """A decode of ``scenario`` as a vLLM server keeps it going: its batch running on each data replica, every
-    finished request replaced at once, so the steps also prefill the newcomers' prompts, whole or in chunks
-    (:func:`~.scheduler.steady_cycle`), each step timed by ``step_phase`` as a wave's steps are."""
+    finished request replaced at once, so the steps also prefill the newcomers' prompts, whole or in chunks, or
+    fill every step's budget when they queue for it (:func:`~.scheduler.steady_cycle`), each step timed by
+    ``step_phase`` as a wave's steps are."""
     key = HashedTuple((point, scenario))  # the scenario's phase and steady_state set it apart from a wave
     found = _WAVES.lookup(key)
     if found is None:
         engines = point.schedule.attention.replicas
         running = math.ceil(scenario.batch / engines)
-        try:
-            runs = steady_cycle(running, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens)
-        except ValueError as exc:
-            where = f" on each of the {engines} data replicas" if engines > 1 else ""
-            raise UserInputError(f"steady_state: {exc}{where} (prefill_chunk_tokens); serve fewer requests or "
-                                 "allow a larger budget") from None
-        _, rows = _timed(point, scenario, runs, step_phase)
-        found = SteadyCycle(rows, 1, 1, 0, tokens_per_request=scenario.output_len, cycle_steps=cycle_steps(runs))
+        cycle = steady_cycle(running, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens)
+        _, rows = _timed(point, scenario, cycle.runs, step_phase)
+        found = SteadyCycle(rows, 1, 1, 0, tokens_per_request=cycle.requests * scenario.output_len / running,
+                            cycle_steps=cycle_steps(cycle.runs))
         _WAVES.put(key, found)
     return found
 

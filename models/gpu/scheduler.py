@@ -24,8 +24,11 @@ batching at steady state).
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+from collections import Counter, defaultdict
 from typing import NamedTuple
+
+from deepstack.models import memo
 
 VLLM_MAX_NUM_SEQS = 1024
 """Requests vLLM runs at once (``max_num_seqs``): its default for ``vllm serve`` on GPUs with ≥ 70 GiB
@@ -109,7 +112,14 @@ def wave(requests: int, prompt: int, output_len: int, budget: int, max_running: 
     return tuple(runs)
 
 
-def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> tuple[Run, ...]:
+class Cycle(NamedTuple):
+    """A steady state's cycle: its steps, and the requests (per engine) that finish over it."""
+
+    runs: tuple[Run, ...]
+    requests: int
+
+
+def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> Cycle:
     """The steps of a server at steady state (continuous batching, every finished request replaced at once by a
     waiting one): ``running`` requests, each in the engine for ``output_len`` steps (the step completing its
     prompt, whose end gives its first token, then one decode per step), so ``running`` new prompts join over any
@@ -121,28 +131,58 @@ def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> tup
     When a newcomer's whole prompt does not fit beside the others' decodes, vLLM chunks it: a prompt at a time,
     each chunk the ``budget`` less the other ``running − 1`` decodes, so a prompt spans n = ⌈prompt / chunk⌉
     steps and a request is in the engine for ``output_len + n − 1`` steps (no token in its first n − 1). Over that
-    cycle the ``running`` prompts take n steps each and the other steps decode every request. Raises
-    ``ValueError`` when the prompts need more of the budget than either form leaves them, naming how many running
-    requests would fit."""
+    cycle the ``running`` prompts take n steps each and the other steps decode every request.
+
+    When neither form fits (prompts that overlap in the steps, or more prefill than the budget leaves), the cycle
+    is the busy server's mean (:func:`_busy_cycle`)."""
     if min(running, prompt, output_len, budget) < 1:
         raise ValueError("steady_cycle: running, prompt, output_len and budget must be ≥ 1")
     fewer, more = divmod(running, output_len)
     if _whole_prompts_fit(running, prompt, output_len, budget):
-        return tuple(Run(Step(k * prompt, k, running - k, k), repeat)
-                     for k, repeat in ((fewer + 1, more), (fewer, output_len - more)) if repeat)
-    if not _chunked_prompts_fit(running, prompt, output_len, budget):
-        fits = next((r for r in range(running - 1, 0, -1) if _whole_prompts_fit(r, prompt, output_len, budget)
-                     or _chunked_prompts_fit(r, prompt, output_len, budget)), 0)
-        raise ValueError(f"{running} running requests, each replaced after its {output_len} tokens by a newcomer "
-                         f"with a {prompt}-token prompt, need more prefill than the step's budget of {budget} "
-                         f"tokens leaves beside their decodes; at most {fits} fit")
-    chunk = budget - (running - 1)
-    n = -(-prompt // chunk)
+        return Cycle(tuple(Run(Step(k * prompt, k, running - k, k), repeat)
+                           for k, repeat in ((fewer + 1, more), (fewer, output_len - more)) if repeat), running)
+    chunking = _chunking(running, prompt, output_len, budget)
+    if chunking is None:
+        return _busy_cycle(running, prompt, output_len, budget)
+    chunk, n = chunking
     cycle = output_len + n - 1
     runs = (Run(Step(chunk, 1, running - 1, 0), running * (n - 1)),
             Run(Step(prompt - (n - 1) * chunk, 1, running - 1, 1), running),
             Run(Step(0, 0, running, 0), cycle - running * n))
-    return tuple(r for r in runs if r.repeat)
+    return Cycle(tuple(r for r in runs if r.repeat), running)
+
+
+@memo.cached(maxsize=256)
+def _busy_cycle(running: int, prompt: int, output_len: int, budget: int) -> Cycle:
+    """The mean cycle of a server whose newcomers' prompts overlap in its steps, as vLLM's chunked prefill runs
+    them: every step decodes the requests past their prompt, then feeds the queued prompts, first come first
+    served, as far as the budget allows. A request's work is its prompt and ``output_len − 1`` decodes, so
+    requests finish at λ = min(running / output_len, budget / (prompt + output_len − 1)) per step: at the first
+    when the budget keeps up (each request lives ``output_len`` steps, to within the step a prompt split over two
+    adds), else at the second, every step full and the newcomers waiting for it (a request's life is
+    running / λ steps). Over a cycle of c steps in which q = λ·c requests finish, the steps share the q prompts'
+    tokens and q·(output_len − 1) decodes as evenly as whole tokens allow; the prompt tokens come as one stream,
+    so each step's first tokens and prompts touched are those of its slice of the stream."""
+    work = prompt + output_len - 1
+    finished, steps = (running, output_len) if running * work <= output_len * budget else (budget, work)
+    common = math.gcd(finished, steps)
+    finished, steps = finished // common, steps // common
+    counts: Counter[Step] = Counter()
+    done = 0  # prompt tokens fed before the step
+    for i in range(steps):
+        tokens = _share(finished * work, steps, i)
+        decodes = _share(finished * (output_len - 1), steps, i)
+        fed = tokens - decodes
+        first = (done + fed) // prompt - done // prompt
+        touched = (done + fed - 1) // prompt - done // prompt + 1 if fed else 0
+        counts[Step(fed, touched, decodes, first)] += 1
+        done += fed
+    return Cycle(tuple(Run(step, repeat) for step, repeat in counts.items()), finished)
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    """The ``index``-th of ``parts`` whole shares of ``total`` spread as evenly as possible."""
+    return (index + 1) * total // parts - index * total // parts
 
 
 def cycle_steps(runs: tuple[Run, ...]) -> int:
@@ -157,10 +197,11 @@ def _whole_prompts_fit(running: int, prompt: int, output_len: int, budget: int) 
     return most * prompt + running - most <= budget
 
 
-def _chunked_prompts_fit(running: int, prompt: int, output_len: int, budget: int) -> bool:
-    """Whether chunked prompts, one at a time, fit the cycle without overlapping."""
+def _chunking(running: int, prompt: int, output_len: int, budget: int) -> tuple[int, int] | None:
+    """(chunk, steps per prompt) of prompts chunked one at a time beside the other requests' decodes; None when
+    the chunks would overlap in the cycle (or no room is left for them)."""
     chunk = budget - (running - 1)
     if chunk < 1:
-        return False
+        return None
     n = -(-prompt // chunk)
-    return running * n <= output_len + n - 1
+    return (chunk, n) if running * n <= output_len + n - 1 else None
