@@ -92,7 +92,9 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
     main = _on_device(point, timed_on, scenario, overlap)
     scale, step_s, power_w = dvfs.clock_scale(main, dev, coefficients, noc_J_per_B, devices)
-    if scenario.phase == "decode" and with_ttft:
+    if isinstance(main, SteadyCycle) and with_ttft:  # a newcomer's first token at a server's steady state
+        ttft_s = main.ttft(scale)
+    elif scenario.phase == "decode" and with_ttft:
         prefill = scenario.model_copy(update={"phase": "prefill"})
         phase = _on_device(point, timed_on, prefill, overlap)
         # a GPU runs the prefill at the clock the prefill's own power allows (its waiting SMs and idle power,

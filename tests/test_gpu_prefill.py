@@ -15,7 +15,7 @@ from deepstack.models.evaluate import _gpu_step, evaluate
 from deepstack.models.gpu.admission import admitted_batch, resident
 from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.models.gpu.prefill import step_scenario
-from deepstack.models.gpu.scheduler import Run, Step, cycle_steps, steady_cycle, wave
+from deepstack.models.gpu.scheduler import Run, Step, _chunking, _whole_prompts_fit, cycle_steps, steady_cycle, wave
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.schema import Scenario, Schedule
 
@@ -205,10 +205,15 @@ def test_a_busy_servers_steps_run_their_full_budget():
     assert sum(r.repeat * r.step.first_tokens for r in runs) == 8192
     # each step's 7,713–7,714 prompt tokens touch 4 or 5 prompts of the stream and complete 3 or 4
     assert {(r.step.prefill_requests, r.step.first_tokens) for r in runs} <= {(4, 3), (4, 4), (5, 4)}
-    # 150 running with 5,000-token prompts, 100 output tokens: 1.5 prompts a step (7,500 + 148.5 decodes) fit the
-    # budget on average, though two whole prompts do not: each request lives 100 steps, so 3 finish every 2 steps,
-    # 7,500 prompt tokens each, the first step ending one prompt and the second two (the stream: 0–7,500, 7,500–15,000)
-    assert steady_cycle(150, 5000, 100, 8192) == ((Run(Step(7500, 2, 148, 1), 1), Run(Step(7500, 2, 149, 2), 1)), 3)
+    # 150 running with 5,000-token prompts, 100 output tokens: about 1.5 prompts a step fit the budget on average,
+    # though two whole prompts do not. The budget keeps up, and with one prompt cut at each step's end the other
+    # 149 requests finish in every 100 steps (150 = λ · 100 + 1): each step feeds 149 · 5,000 / 100 = 7,450 prompt
+    # tokens beside 149 · 99 / 100 = 147.51 decodes (148 in 51 steps, 147 in 49), 7,597–7,598 tokens of 8,192
+    runs, requests = steady_cycle(150, 5000, 100, 8192)
+    assert requests == 149 and cycle_steps(runs) == 100
+    assert {r.step.prefill_tokens for r in runs} == {7450}
+    assert {d: sum(r.repeat for r in runs if r.step.decodes == d) for d in (147, 148)} == {147: 49, 148: 51}
+    assert sum(r.repeat * r.step.first_tokens for r in runs) == 149
 
 
 @settings(max_examples=200, deadline=None)
@@ -224,8 +229,10 @@ def test_a_steady_cycle_gives_every_request_its_tokens_within_the_budget(running
     # Little's law: a request lives running · cycle / requests steps, at least its output_len; a cycle of whole or
     # chunked prompts is one life of every running request
     assert running * cycle_steps(runs) >= requests * output_len
-    if requests == running:
-        assert all(r.step.decodes + r.step.prefill_requests <= running for r in runs)
+    # every step's requests are running ones: exactly in a cycle of whole or chunked prompts, and in a busy
+    # server's mean to within the one prompt split over two steps
+    exact = _whole_prompts_fit(running, prompt, output_len, budget) or _chunking(running, prompt, output_len, budget)
+    assert all(r.step.decodes + r.step.prefill_requests <= running + (not exact) for r in runs)
 
 
 def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone():
@@ -248,6 +255,11 @@ def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone()
     assert 1 / steady.metrics.utps == pytest.approx(mean_s, rel=1e-9)
     assert steady.metrics.stps == pytest.approx(16 / mean_s, rel=1e-9)
     assert steady.metrics.stps < alone.metrics.stps and steady.metrics.tokens_per_joule < alone.metrics.tokens_per_joule
+    # a newcomer's first token comes at the end of the step that runs its prompt (no queue: the server keeps up),
+    # not at the end of a wave of all 16 prompts arriving together
+    with_ttft = evaluate(replace(point, scenario=scenario.model_copy(update={"steady_state": True})))
+    assert with_ttft.metrics.ttft_s == pytest.approx(mixed.time_at(1.0), rel=1e-12)
+    assert with_ttft.metrics.ttft_s < evaluate(point).metrics.ttft_s
 
 
 def test_a_steady_state_holds_half_the_generation_in_its_kv_cache():
@@ -282,6 +294,10 @@ def test_cli_evaluates_a_servers_steady_state(cli):
     assert busy["metrics"]["utps"] == pytest.approx(2048 / busy["breakdown"]["phase_time_s"], rel=1e-12)
     assert busy["metrics"]["stps"] == pytest.approx(2 * 8192 * 128 / busy["breakdown"]["phase_time_s"], rel=1e-12)
     assert "busy" in cli(*crowded).out and "a request lives 135.9 steps for its 128 tokens" in cli(*crowded).out
+    # a newcomer waits in the queue and is prefilled for 135.9 − 127 steps before its first token; every step runs
+    # the full budget, so each takes about the mean step (the wave's TTFT of all 512 prompts at once: ~27 s)
+    mean_step_s = busy["breakdown"]["phase_time_s"] / 2175
+    assert busy["metrics"]["ttft_s"] == pytest.approx((512 * 2175 / 8192 - 127) * mean_step_s, rel=0.01)
     # a prompt longer than the budget leaves is chunked: the cycle has the chunks' extra steps
     chunked = cli(*args, "--steady-state", "--prefill-chunk-tokens", "512", "--json").json()
     # 8 per engine: chunks of 512 − 7 = 505 tokens, 2 per prompt, so each request lives 411 steps

@@ -96,10 +96,27 @@ class SteadyCycle(PhaseResult):
 
     tokens_per_request: float = 1.0
     cycle_steps: int = 1
+    steps: tuple = ()  # ((Run, PhaseResult of one such step), ...)
+    running: int = 1  # requests in the engine (per engine)
+    finished: int = 1  # requests that finish over the cycle (per engine)
+    output_len: int = 1
 
     @property
     def engine_steps(self) -> int:
         return self.cycle_steps
+
+    def ttft(self, scale: float = 1.0) -> float:
+        """A newcomer's time to its first token: the steps it waits in the queue, at the cycle's mean step, then
+        the steps that run its prompt (each of those it is in, at that step's time). Over the cycle every
+        finished request is in the steps that touch its prompt (``prefill_requests``), so its prompt takes
+        Σ repeat · prefill_requests · t / finished; it lives running · cycle / finished steps (Little's law), of
+        which ``output_len`` − 1 decode and the rest wait or prefill (no wait unless the server is busy)."""
+        in_prompt = sum(run.repeat * run.step.prefill_requests for run, _ in self.steps) / self.finished
+        prompt_s = sum(run.repeat * run.step.prefill_requests * phase.time_at(scale)
+                       for run, phase in self.steps) / self.finished
+        life = self.running * self.cycle_steps / self.finished
+        waiting = max(0.0, life - (self.output_len - 1) - in_prompt)
+        return waiting * self.time_at(scale) / self.cycle_steps + prompt_s
 
 
 def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
@@ -113,9 +130,10 @@ def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
         engines = point.schedule.attention.replicas
         running = math.ceil(scenario.batch / engines)
         cycle = steady_cycle(running, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens)
-        _, rows = _timed(point, scenario, cycle.runs, step_phase)
+        steps, rows = _timed(point, scenario, cycle.runs, step_phase)
         found = SteadyCycle(rows, 1, 1, 0, tokens_per_request=cycle.requests * scenario.output_len / running,
-                            cycle_steps=cycle_steps(cycle.runs))
+                            cycle_steps=cycle_steps(cycle.runs), steps=steps, running=running,
+                            finished=cycle.requests, output_len=scenario.output_len)
         _WAVES.put(key, found)
     return found
 

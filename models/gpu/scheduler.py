@@ -156,15 +156,18 @@ def steady_cycle(running: int, prompt: int, output_len: int, budget: int) -> Cyc
 def _busy_cycle(running: int, prompt: int, output_len: int, budget: int) -> Cycle:
     """The mean cycle of a server whose newcomers' prompts overlap in its steps, as vLLM's chunked prefill runs
     them: every step decodes the requests past their prompt, then feeds the queued prompts, first come first
-    served, as far as the budget allows. A request's work is its prompt and ``output_len − 1`` decodes, so
-    requests finish at λ = min(running / output_len, budget / (prompt + output_len − 1)) per step: at the first
-    when the budget keeps up (each request lives ``output_len`` steps, to within the step a prompt split over two
-    adds), else at the second, every step full and the newcomers waiting for it (a request's life is
-    running / λ steps). Over a cycle of c steps in which q = λ·c requests finish, the steps share the q prompts'
-    tokens and q·(output_len − 1) decodes as evenly as whole tokens allow; the prompt tokens come as one stream,
-    so each step's first tokens and prompts touched are those of its slice of the stream."""
+    served, as far as the budget allows. The prompts are one stream cut at every step's end, so each step holds
+    the prompt it cuts besides those it completes. A request's work is its prompt and ``output_len − 1`` decodes
+    (W = prompt + output_len − 1 tokens), and requests finish at λ = min((running − 1) / output_len, budget / W)
+    per step: the first while the budget keeps up (Little's law with every running request decoding, or in the
+    step that completes its prompt, but for the one prompt cut at each step's end: running = λ·output_len + 1),
+    the second when it does not (every step full, the newcomers queueing for it; a request lives running / λ
+    steps). Over a cycle of c steps in which q = λ·c requests finish, the steps share the q prompts' tokens and
+    q·(output_len − 1) decodes as evenly as whole tokens allow; each step's first tokens and prompts touched are
+    those of its slice of the prompts' stream."""
     work = prompt + output_len - 1
-    finished, steps = (running, output_len) if running * work <= output_len * budget else (budget, work)
+    keeping_up = (running - 1) * work <= output_len * budget
+    finished, steps = (running - 1, output_len) if keeping_up else (budget, work)
     common = math.gcd(finished, steps)
     finished, steps = finished // common, steps // common
     counts: Counter[Step] = Counter()
