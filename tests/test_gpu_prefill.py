@@ -17,6 +17,7 @@ from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.models.gpu.prefill import step_scenario
 from deepstack.models.gpu.scheduler import Run, Step, _chunking, _whole_prompts_fit, cycle_steps, steady_cycle, wave
 from deepstack.models.hardware.device import resolve_device, timing_device
+from deepstack.models.pipeline.rows import PhaseResult
 from deepstack.schema import Scenario, Schedule
 
 B200 = load("systems", "dgx-b200")
@@ -260,6 +261,23 @@ def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone()
     with_ttft = evaluate(replace(point, scenario=scenario.model_copy(update={"steady_state": True})))
     assert with_ttft.metrics.ttft_s == pytest.approx(mixed.time_at(1.0), rel=1e-12)
     assert with_ttft.metrics.ttft_s < evaluate(point).metrics.ttft_s
+
+
+def test_a_chunked_newcomers_first_token_waits_for_its_chunks():
+    # 64 running on 8 B200s, 16,384-token prompts at budget 8,192 (the cycle above): a newcomer's prompt runs in
+    # two steps of an 8,129-token chunk and one of its last 126 tokens, each beside 63 decodes, so its TTFT is
+    # those three steps at the cycle's clock (no queue: the cycle is a request's life)
+    scenario = Scenario(model="llama-3.3-70b", phase="decode", batch=64, input_len=16384, steady_state=True)
+    point, dev = _point(scenario)
+    report = evaluate(point)
+    budgeted = scenario.model_copy(update={"prefill_chunk_tokens": 8192})
+    # each such step is one slice of a long prompt at its mean context (the phase of both slices, taken once)
+    chunk, last = (PhaseResult(_gpu_step(point, dev, step_scenario(Run(step, 1), budgeted, 512, 1)).parts, 1, 1)
+                   for step in (Step(8129, 1, 63, 0), Step(126, 1, 63, 1)))
+    scale = report.breakdown.clock_scale
+    assert report.metrics.ttft_s == pytest.approx(2 * chunk.time_at(scale) + last.time_at(scale), rel=1e-12)
+    assert report.metrics.ttft_s < evaluate(replace(point, scenario=scenario.model_copy(
+        update={"steady_state": False}))).metrics.ttft_s  # a wave: the last of 64 prompts arriving together
 
 
 def test_a_steady_state_holds_half_the_generation_in_its_kv_cache():
