@@ -46,7 +46,7 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
     for params in bilevel.warm_start(problem):  # the catalog's named designs first (on the mirror only)
         if not record.has_params(params):
             mirror.enqueue(params, {"warm_start": True})
-    with executor.chunk_runner("local", workers) as run_chunks:
+    with executor.chunk_runner("local", workers, shelter=stops.deferred) as run_chunks:
 
         def one_batch(size: int, announce: bool = True) -> bool:
             """Ask, solve, tell and store one batch (``announce``: log the hypervolume after it); False when a

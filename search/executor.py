@@ -31,6 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
 IN_FLIGHT = 2  # chunks a local worker holds at once: it starts the next while the parent records the last
 POLL_S = 0.5  # how often run_spawned reports progress while its processes work
+SIGNAL_CHECK_S = 0.2  # a local pool's parent acts on a signal within this long (see local_session)
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal the kernel sends this process when its parent dies (Linux)
@@ -153,17 +154,18 @@ def run_spawned(target: Callable, args: list[tuple], progress: Callable[[], None
 
 
 @contextlib.contextmanager
-def chunk_runner(backend: str, workers: int, scheduler: str | None = None) -> Iterator[Callable]:
+def chunk_runner(backend: str, workers: int, scheduler: str | None = None,
+                 shelter: Callable = contextlib.nullcontext) -> Iterator[Callable]:
     """A sweep's ``run(evaluate, chunks, done)`` for the whole sweep: Dask (``backend == "dask"``), the local
     pool (several workers) or this process. What a local run froze (see :func:`frozen_after`) is collectable
-    again when the context ends."""
+    again when the context ends. ``shelter``: the run's span where a signal waits (see :func:`local_session`)."""
     if backend == "dask":
         from deepstack.search.dask_backend import session
 
         with session(scheduler, workers) as run:
             yield run
     elif workers > 1:
-        with local_session(workers) as run:
+        with local_session(workers, shelter) as run:
             yield run
     else:
         try:
@@ -192,7 +194,7 @@ def serial(evaluate: Callable, chunks: list[tuple[int, list]], done: Callable) -
 
 
 @contextlib.contextmanager
-def local_session(workers: int) -> Iterator[Callable]:
+def local_session(workers: int, shelter: Callable = contextlib.nullcontext) -> Iterator[Callable]:
     """``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator tunings, stage
     plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``, where ``evaluate(chunk)``
     returns (rows, JSON lines) as the sweep's ``evaluate_chunk`` does.
@@ -201,7 +203,12 @@ def local_session(workers: int) -> Iterator[Callable]:
     plans and workloads, which every other point on the same network structure reuses. Each worker owns a
     contiguous block of a tier's chunks (a tier lists points that share a device next to each other), so it
     builds a device's operator tables once instead of every worker building them; a worker that runs out takes
-    chunks from the far end of the longest remaining block."""
+    chunks from the far end of the longest remaining block.
+
+    Once the pools exist the parent only hands out chunks and waits, inside ``shelter()`` (Interrupts.deferred):
+    a signal is acted on when the span ends, between two bounded waits, never inside concurrent.futures' own
+    code — a KeyboardInterrupt raised there can leave a future's lock held, and the pool's manager thread, which
+    needs it, then hangs the shutdown for good."""
     pools: list[ProcessPoolExecutor] = []
 
     def run(evaluate: Callable, chunks: list[tuple[int, list]], done: Callable) -> None:
@@ -217,8 +224,9 @@ def local_session(workers: int) -> Iterator[Callable]:
                     break
             if not chunks:
                 return
-            gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
-            pools.extend(worker_pool(1, parent_handles_sigint=True) for _ in range(workers))
+            with shelter():
+                gc.freeze()  # the inherited objects stay out of the workers' collections (no copy-on-write scans)
+                pools.extend(worker_pool(1, parent_handles_sigint=True) for _ in range(workers))
         share = math.ceil(len(chunks) / workers)
         blocks = [collections.deque(chunks[i:i + share]) for i in range(0, len(chunks), share)]
         blocks += [collections.deque() for _ in range(workers - len(blocks))]
@@ -242,15 +250,17 @@ def local_session(workers: int) -> Iterator[Callable]:
                 running[pools[worker].submit(frozen_after, evaluate, chunk)] = (worker, index)
 
         try:
-            for _ in range(IN_FLIGHT):
-                for worker in range(workers):
-                    submit(worker)
+            with shelter():
+                for _ in range(IN_FLIGHT):
+                    for worker in range(workers):
+                        submit(worker)
             while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    worker, index = running.pop(future)
-                    submit(worker)  # before recording this one
-                    done(index, future.result())
+                with shelter():
+                    finished, _ = wait(running, timeout=SIGNAL_CHECK_S, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        worker, index = running.pop(future)
+                        submit(worker)  # before recording this one
+                        done(index, future.result())
         except BaseException:  # interrupted (or a chunk failed): the session ends, its workers at once
             for pool in pools:
                 _end_now(pool)

@@ -4,10 +4,16 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
+import signal
 import time
+import traceback
+
+import pytest
 
 from deepstack.search import executor
+from deepstack.search.interrupt import Interrupts
 from deepstack.search.space import base_points, load_space, with_level_bw
 from deepstack.search.sweep.points import affinity_order, device_of
 
@@ -102,3 +108,29 @@ def test_a_points_sram_option_resolves_alike_in_the_sweep_and_in_evaluate():
     base_l1_B, base_bw = l1["base"]
     assert l1["l1-512KiB"] == (512 * 1024, base_bw) and base_l1_B < 512 * 1024
     assert l1["l1-bw-2x"] == (base_l1_B, 2 * base_bw)
+
+
+def _signal_the_parent(chunk: list[int]) -> tuple[list[int], str]:
+    """Chunk ``[index, parent pid]``: a worker (never the parent, which evaluates the last chunk itself) running
+    chunk 0 sends the parent SIGINT, which lands while the parent waits on its pool."""
+    index, parent = chunk
+    if index == 0 and os.getpid() != parent:
+        os.kill(parent, signal.SIGINT)
+    return [index], ""
+
+
+def test_a_signal_reaches_a_pools_parent_between_waits_never_inside_concurrent_futures():
+    """A KeyboardInterrupt raised inside concurrent.futures' own code (taking a future's lock, forking a worker)
+    can leave a lock held that the pool's manager thread needs, and the interrupted run then never ends. The
+    parent of a local pool waits inside the run's shelter (Interrupts.deferred): the signal surfaces where the
+    span ends, the workers are ended, and no child is left."""
+    parent = os.getpid()
+    chunks = [(index, [index, parent]) for index in range(12)]
+    with (Interrupts() as stops, pytest.raises(KeyboardInterrupt) as caught, stops.evaluating(),
+          executor.local_session(2, stops.deferred) as run):
+        run(_signal_the_parent, chunks, lambda *_: None)
+    assert stops.name == "SIGINT"
+    frames = traceback.extract_tb(caught.value.__traceback__)
+    assert frames[-1].name == "deferred", frames[-1]  # raised where the span ended, not by the handler mid-wait
+    assert not [f for f in frames if "concurrent" in f.filename or f.filename.endswith("threading.py")], frames
+    assert not multiprocessing.active_children()

@@ -136,7 +136,8 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     with Interrupts() as stops:
         log.shelter = stops.deferred
         try:
-            with stops.evaluating(), executor.chunk_runner(backend, workers, scheduler) as run_chunks:
+            runner = executor.chunk_runner(backend, workers, scheduler, shelter=stops.deferred)
+            with stops.evaluating(), runner as run_chunks:
                 return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
                                     run_chunks, started, tally)
         except KeyboardInterrupt:
