@@ -87,7 +87,8 @@ class Scenario(Frozen):
     steady_state: bool = Field(
         False, description="GPUs only (a chip with a gpu table), decode: the batch as a server keeps it running at "
                            "steady state (continuous batching: each finished request replaced at once, so the "
-                           "steps also prefill batch / output_len new prompts per step) instead of the batch "
+                           "steps also prefill batch / output_len new prompts per step, or as many as each "
+                           "step's prefill budget takes when they queue for it) instead of the batch "
                            "arriving together and decoding alone (vLLM's benchmark); other devices ignore it "
                            "(docs/model.md §GPU power)")
     # the cooling environment the design runs in (models/thermal.py); None keeps the chip's thermal table

@@ -94,16 +94,22 @@ class SteadyCycle(PhaseResult):
     prompt), or fewer when the server is busy and newcomers wait for the budget (the requests that finish in the
     cycle times ``output_len``, over the running ones)."""
 
-    tokens_per_request: float = 1.0
-    cycle_steps: int = 1
     steps: tuple = ()  # ((Run, PhaseResult of one such step), ...)
     running: int = 1  # requests in the engine (per engine)
     finished: int = 1  # requests that finish over the cycle (per engine)
     output_len: int = 1
 
     @property
+    def cycle_steps(self) -> int:
+        return cycle_steps(tuple(run for run, _ in self.steps))
+
+    @property
     def engine_steps(self) -> int:
         return self.cycle_steps
+
+    @property
+    def tokens_per_request(self) -> float:
+        return self.finished * self.output_len / self.running
 
     def ttft(self, scale: float = 1.0) -> float:
         """A newcomer's time to its first token: the steps it waits in the queue, at the cycle's mean step, then
@@ -131,9 +137,8 @@ def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
         running = math.ceil(scenario.batch / engines)
         cycle = steady_cycle(running, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens)
         steps, rows = _timed(point, scenario, cycle.runs, step_phase)
-        found = SteadyCycle(rows, 1, 1, 0, tokens_per_request=cycle.requests * scenario.output_len / running,
-                            cycle_steps=cycle_steps(cycle.runs), steps=steps, running=running,
-                            finished=cycle.requests, output_len=scenario.output_len)
+        found = SteadyCycle(rows, 1, 1, 0, steps=steps, running=running, finished=cycle.requests,
+                            output_len=scenario.output_len)
         _WAVES.put(key, found)
     return found
 
