@@ -38,18 +38,19 @@ PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal the kernel sends this proces
 WATCHDOG_S = 1.0  # where prctl is missing, a worker checks this often whether its parent is still alive
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int, signum: int = signal.SIGTERM) -> None:
     """Make this (worker) process end when the process ``parent`` ends, however it ends (SIGKILL included).
 
-    On Linux the kernel does it: prctl(PR_SET_PDEATHSIG, SIGTERM), whose default action ends the process (given
-    back first: a worker forked while its parent held search/interrupt.py's handler would only note the signal).
+    On Linux the kernel does it: prctl(PR_SET_PDEATHSIG, ``signum``), SIGTERM by default, whose default action
+    ends the process (given back first: a worker forked while its parent held search/interrupt.py's handler would
+    only note the signal); SIGKILL for a worker that holds SIGTERM back at times (:func:`_pool_task`).
     Elsewhere a daemon thread polls ``os.getppid()``, which changes once the parent is gone. A parent that died
     before this call is caught by checking ``os.getppid()`` after setting the signal up."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     armed = False
     if sys.platform.startswith("linux"):
         try:
-            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) == 0
+            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) == 0
         except (OSError, AttributeError):
             armed = False
     if os.getppid() != parent:
@@ -81,8 +82,23 @@ def worker_pool(workers: int, parent_handles_sigint: bool = False) -> ProcessPoo
 
 
 def _sigint_ignored(parent: int) -> None:
-    die_with_parent(parent)
+    die_with_parent(parent, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _pool_task(evaluate: Callable, chunk):
+    """A local session's chunk on its worker: :func:`frozen_after`, with SIGTERM (the parent ending the pool,
+    :func:`_end_now`) let in while the chunk computes and held back from the moment its result is ready until
+    the next chunk starts. A worker ended halfway through sending its result would leave the pool's manager
+    thread waiting for the rest of the message for good, and the parent's shutdown with it; a held-back SIGTERM
+    lands when the next chunk starts, or the worker leaves on the shutdown's sentinel."""
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: no signal masks (nor SIGTERM delivery) to manage
+        return frozen_after(evaluate, chunk)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    try:
+        return frozen_after(evaluate, chunk)
+    finally:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
 
 
 def _end_now(pool: ProcessPoolExecutor) -> None:
@@ -247,7 +263,7 @@ def local_session(workers: int, shelter: Callable = contextlib.nullcontext) -> I
                 return
             if block:
                 index, chunk = block.popleft() if block is own else block.pop()
-                running[pools[worker].submit(frozen_after, evaluate, chunk)] = (worker, index)
+                running[pools[worker].submit(_pool_task, evaluate, chunk)] = (worker, index)
 
         try:
             with shelter():

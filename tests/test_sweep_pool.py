@@ -134,3 +134,34 @@ def test_a_signal_reaches_a_pools_parent_between_waits_never_inside_concurrent_f
     assert frames[-1].name == "deferred", frames[-1]  # raised where the span ended, not by the handler mid-wait
     assert not [f for f in frames if "concurrent" in f.filename or f.filename.endswith("threading.py")], frames
     assert not multiprocessing.active_children()
+
+
+def _sigterm_blocked(_chunk: list) -> tuple[list[bool], str]:
+    return [signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])], ""
+
+
+def _worker_ended_while_its_result_is_out(conn) -> None:
+    """A pool worker's life in a forked process: a chunk, SIGTERM sent while its result would be on its way to
+    the parent, then the next chunk."""
+    computing, _ = executor._pool_task(_sigterm_blocked, [])
+    held = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    os.kill(os.getpid(), signal.SIGTERM)  # the parent ending the pool (executor._end_now)
+    conn.send((computing[0], held))  # still alive: the signal waits
+    executor._pool_task(_sigterm_blocked, [])  # the next chunk lets it in: the worker ends here
+    conn.send("outlived the signal")
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_a_pool_worker_is_never_ended_halfway_through_sending_a_result():
+    """A worker ended while its result is half sent leaves the pool's manager thread waiting for the rest for
+    good, and the interrupted sweep's shutdown with it. SIGTERM reaches a worker while it computes a chunk; once
+    the result is ready it waits until the next chunk starts."""
+    parent_end, child_end = multiprocessing.Pipe()
+    worker = multiprocessing.get_context("fork").Process(target=_worker_ended_while_its_result_is_out,
+                                                         args=(child_end,))
+    worker.start()
+    assert parent_end.poll(60), "the worker died before it could report"
+    assert parent_end.recv() == (False, True)  # SIGTERM let in while computing, held back once the result is out
+    worker.join(60)
+    assert worker.exitcode == -signal.SIGTERM
+    assert not parent_end.poll()
