@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 import optuna
 
-from deepstack.errors import UserInputError
+from deepstack.errors import RunInterruptedError, UserInputError
 from deepstack.schema import Scenario
 from deepstack.search import ask_tell
 from deepstack.search.files import check_output_folder
@@ -369,17 +369,21 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     this_run = RunRecord(the_study, plan, the_study.get_trials(deepcopy=False, states=FINISHED))
     setup_s, running = time.perf_counter() - started, time.perf_counter()
     run = None
-    try:
-        with Interrupts() as stops:
+    with Interrupts() as stops:
+        try:
             run = ask_tell.run(Mirror(the_study, sampler, seed, this_run.key), the_study, problem, trials, batch,
                                workers, until_stall, progress, log, stops, inner, refine, this_run.told)
-    finally:
-        if run is not None and not run["interrupted"]:
-            this_run.finish()
-        else:  # a signal or an error: the next run with this plan finishes it
-            this_run.save(interrupted=True)
-    wall = time.perf_counter() - running
-    front, files = write_run_report(the_study, list(objectives), folder, study, design_space, run, setup_s)
+        finally:
+            if run is not None and not run["interrupted"]:
+                this_run.finish()
+            else:  # a signal or an error: the next run with this plan finishes it
+                this_run.save(interrupted=True)
+        wall = time.perf_counter() - running
+        # still under the handlers: a signal while the front files are written waits for the last of them
+        front, files = write_run_report(the_study, list(objectives), folder, study, design_space, run, setup_s)
+    if stops.signal is not None and not run["interrupted"]:
+        raise RunInterruptedError(f"interrupted by {stops.name} after the run's last trial: the study holds its "
+                                  f"{_finished(the_study):,} trials and the front files in {folder}/ are complete")
     run.update({"seed": seed, "batch": batch})
     return OptimizeResult(study, storage_url, _finished(the_study), run["told"] - run["resumed_from"],
                           list(objectives), front, files, wall, run)

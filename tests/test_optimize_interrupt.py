@@ -8,6 +8,7 @@ during an evaluation); the readiness signal is the SQLite file gaining a COMPLET
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import os
@@ -203,3 +204,28 @@ def test_a_killed_run_is_adopted_by_the_same_command_and_a_live_one_never(tmp_pa
     assert set(study.user_attrs[resume.KEY]) == {"live", other.key}
     again = resume.RunRecord(study, plan, trials)  # the live worker's run is not taken over
     assert not again.resumed and again.told == 0
+
+
+def test_a_signal_while_the_front_is_written_waits_for_the_last_file(tmp_path, monkeypatch, uninterrupted):
+    """Ctrl-C after the last trial, while the front files are being written: the files are completed (the same
+    front as an uninterrupted run's), then the command ends with status 130 and one line saying what is saved."""
+    from deepstack.search import optimize as optimize_module
+
+    real_report = optimize_module.write_run_report
+
+    def report_with_a_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # lands here, after the run's last trial, before any front file
+        return real_report(*args, **kwargs)
+
+    monkeypatch.setattr(optimize_module, "write_run_report", report_with_a_signal)
+    done = run_in_process(*RUN, "--study", "u", "--storage", "sqlite:///u.db", cwd=tmp_path)
+    assert done.returncode == 130, done.stderr[-3000:]
+    assert done.stderr.startswith("deepstack: interrupted by SIGINT after the run's last trial: the study holds "
+                                  "its 60 trials") and len(done.stderr.splitlines()) == 1, done.stderr
+    assert _trials(tmp_path, "u") == uninterrupted["trials"]
+    front = json.loads((tmp_path / "u.pareto.json").read_text())["pareto"]
+    expected = uninterrupted["out"]["pareto"]
+    assert [(r["stps"], r["chip"], r["schedule"]) for r in front] == [(r["stps"], r["chip"], r["schedule"])
+                                                                    for r in expected]
+    with open(tmp_path / "u.pareto.csv", newline="") as fh:
+        assert len(list(csv.DictReader(fh))) == len(expected)
