@@ -159,3 +159,21 @@ def test_interrupted_sweep_says_what_it_kept_and_a_rerun_finishes_it(tmp_path, s
     assert again.returncode == 0, again.stderr[-2000:]
     assert "more read back" in again.stdout  # the kept chunks were not evaluated again
     assert _front_rows(tmp_path / "out") == _front_rows(uninterrupted)
+
+
+def test_a_signal_while_a_sweeps_files_are_written_waits_for_the_last_one(tmp_path, monkeypatch, uninterrupted):
+    """SIGINT once every chunk is evaluated, while points.csv and the front are being written: the files are
+    completed (the uninterrupted run's front), then the sweep says what it kept and ends with status 130."""
+    from deepstack.search.sweep import output
+
+    real_write = output.write
+
+    def write_with_a_signal(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # lands before the first file is written
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(output, "write", write_with_a_signal)
+    done = run_in_process(*SMALL_SWEEP, "--out", "out", "--workers", "1", cwd=tmp_path)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.startswith("deepstack: interrupted by SIGINT:") and len(done.stderr.splitlines()) == 1
+    assert _front_rows(tmp_path / "out") == _front_rows(uninterrupted)

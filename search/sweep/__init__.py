@@ -189,5 +189,6 @@ def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_
     front = output.front(rows, objectives)
     result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers), wall, out, objectives, front,
                          tiers, log.read_back, log.timeline, with_ttft)
-    output.write(result, rows, scenario, design_space)
+    with log.shelter():  # a signal while the files are written waits for the last of them
+        output.write(result, rows, scenario, design_space)
     return result
