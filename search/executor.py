@@ -76,12 +76,11 @@ def worker_pool(workers: int, parent_handles_sigint: bool = False) -> ProcessPoo
     ``parent_handles_sigint`` its workers ignore SIGINT: a terminal's Ctrl-C reaches the whole process group, and
     the parent (search/interrupt.py) ends them itself, where a worker hit between two tasks would print a
     traceback."""
-    return ProcessPoolExecutor(workers, mp_context=fork_context(),
-                               initializer=_sigint_ignored if parent_handles_sigint else die_with_parent,
-                               initargs=(os.getpid(),))
+    initializer = _killed_with_parent_sigint_ignored if parent_handles_sigint else die_with_parent
+    return ProcessPoolExecutor(workers, mp_context=fork_context(), initializer=initializer, initargs=(os.getpid(),))
 
 
-def _sigint_ignored(parent: int) -> None:
+def _killed_with_parent_sigint_ignored(parent: int) -> None:
     die_with_parent(parent, signal.SIGKILL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

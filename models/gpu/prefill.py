@@ -41,16 +41,22 @@ _WAVES = memo.Table("gpu prefill waves", 1024, lru=True)  # (design point, scena
 
 
 @dataclass(eq=False)
-class Wave(PhaseResult):
-    """A batch's prefill as vLLM runs it: every step's rows, ``steps`` the steps in order (each with the phase
+class EngineSteps(PhaseResult):
+    """A phase made of vLLM engine steps: every step's rows, ``steps`` the steps in order (each with the phase
     that times it)."""
 
     steps: tuple = ()  # ((Run, PhaseResult of one such step), ...)
-    prompt: int = 0  # input tokens per request
 
     @property
     def engine_steps(self) -> int:
         return cycle_steps(tuple(run for run, _ in self.steps))
+
+
+@dataclass(eq=False)
+class Wave(EngineSteps):
+    """A batch's prefill as vLLM runs it, from the first request to the last first token."""
+
+    prompt: int = 0  # input tokens per request
 
     def ttfts(self, scale: float = 1.0) -> list[tuple[float, int]]:
         """(TTFT, requests that have it) in order: each request's first token comes at the end of the step that
@@ -87,25 +93,16 @@ def prefill_wave(point, dev, scenario, step_phase) -> Wave:
 
 
 @dataclass(eq=False)
-class SteadyCycle(PhaseResult):
-    """A server's steady-state cycle of ``cycle_steps`` engine steps (:func:`~.scheduler.steady_cycle`): every
+class SteadyCycle(EngineSteps):
+    """A server's steady-state cycle of ``engine_steps`` engine steps (:func:`~.scheduler.steady_cycle`): every
     step's rows, counted as often as the step runs; over it every running request gets ``tokens_per_request``
     tokens on average: its ``output_len`` (one a step but in the steps that prefill the first chunks of its
     prompt), or fewer when the server is busy and newcomers wait for the budget (the requests that finish in the
     cycle times ``output_len``, over the running ones)."""
 
-    steps: tuple = ()  # ((Run, PhaseResult of one such step), ...)
     running: int = 1  # requests in the engine (per engine)
     finished: int = 1  # requests that finish over the cycle (per engine)
     output_len: int = 1
-
-    @property
-    def cycle_steps(self) -> int:
-        return cycle_steps(tuple(run for run, _ in self.steps))
-
-    @property
-    def engine_steps(self) -> int:
-        return self.cycle_steps
 
     @property
     def tokens_per_request(self) -> float:
@@ -120,9 +117,9 @@ class SteadyCycle(PhaseResult):
         in_prompt = sum(run.repeat * run.step.prefill_requests for run, _ in self.steps) / self.finished
         prompt_s = sum(run.repeat * run.step.prefill_requests * phase.time_at(scale)
                        for run, phase in self.steps) / self.finished
-        life = self.running * self.cycle_steps / self.finished
+        life = self.running * self.engine_steps / self.finished
         waiting = max(0.0, life - (self.output_len - 1) - in_prompt)
-        return waiting * self.time_at(scale) / self.cycle_steps + prompt_s
+        return waiting * self.time_at(scale) / self.engine_steps + prompt_s
 
 
 def steady_state(point, dev, scenario, step_phase) -> SteadyCycle:
