@@ -83,18 +83,19 @@ def operand_reads(tm: int, tn: int, mt: int, nt: int, wgmma: bool) -> tuple[int,
     return 2, 2
 
 
-def gemm_wave_blocks(tiles: int, row_blocks: int, col_blocks: int, groups: int, raster: str) -> tuple[int, int]:
-    """Distinct A row-blocks and B column-blocks touched by a wave of ``tiles`` consecutive tiles."""
-    per_group = row_blocks * col_blocks
-    if raster == "grouped" and row_blocks > 1:
-        side = max(1, round(math.sqrt(tiles)))
-        rows = min(row_blocks, side)
-        cols = min(col_blocks, math.ceil(tiles / rows))
+def gemm_wave_blocks(tiles: int, row_blocks: int, col_blocks: int, raster: str) -> tuple[int, int]:
+    """Distinct A row-blocks and B column-blocks touched by a wave of ``tiles`` consecutive tiles: the blocks of
+    the whole groups it covers, and those its remaining tiles touch in one more group."""
+    whole, rest = divmod(tiles, row_blocks * col_blocks)
+    if rest == 0:
+        rows = cols = 0
+    elif raster == "grouped" and row_blocks > 1:
+        rows = min(row_blocks, max(1, round(math.sqrt(rest)), math.ceil(rest / col_blocks)))
+        cols = min(col_blocks, math.ceil(rest / rows))
     else:
-        cols = min(col_blocks, tiles)
-        rows = min(row_blocks, math.ceil(tiles / col_blocks))
-    spans = max(1, math.ceil(tiles / per_group))
-    return rows * spans if spans > 1 else rows, cols * min(groups, spans)
+        cols = min(col_blocks, rest)
+        rows = min(row_blocks, math.ceil(rest / col_blocks))
+    return whole * row_blocks + rows, whole * col_blocks + cols
 
 
 def time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int, split: int, raster: str,
@@ -127,7 +128,7 @@ def time_gemm(g: Gemm, dev: DeviceSpec, tm: int, tn: int, tk: int, stages: int, 
     for count, active in kinds:
         if count <= 0 or active <= 0:
             continue
-        rows, cols = gemm_wave_blocks(active, row_blocks, col_blocks, g.groups, raster)
+        rows, cols = gemm_wave_blocks(active, row_blocks, col_blocks, raster)
         b_B = 0.0 if b_resident else cols * k_len * tn * g.b_bytes
         # masked loads and stores: a tile moves its real rows of A and C, not its padded ones
         real_rows = g.m / row_blocks

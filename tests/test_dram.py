@@ -198,10 +198,10 @@ def test_a_transaction_longer_than_a_row_is_served_by_successive_banks():
     assert dram.stream_time_s(DIRECT, 8 * 1024, 1024) == pytest.approx((1024 / BANK_Bps + OVERHEAD_s) / REFRESH)
 
 
-def _one_tiling(g: Gemm, dev, tm: int, tn: int, tk: int):
+def _one_tiling(g: Gemm, dev, tm: int, tn: int, tk: int, grouped: bool = False):
     from deepstack.models.compute.gemm import time_tilings
 
-    one = {"gemm": [0], "tm": [tm], "tn": [tn], "tk": [tk], "stages": [3], "split": [1], "grouped": [0]}
+    one = {"gemm": [0], "tm": [tm], "tn": [tn], "tk": [tk], "stages": [3], "split": [1], "grouped": [int(grouped)]}
     return time_tilings([g], dev, True, {k: np.array(v, dtype=np.int64) for k, v in one.items()})[0]
 
 
@@ -214,6 +214,30 @@ def test_a_decode_gemm_moves_only_its_real_rows():
     assert dev.pes == 8
     timed = _one_tiling(Gemm("decode", 4, 1024, 4096), dev, 16, 128, 64)
     assert float(timed.dram_B[0]) == 4096 * 1024 * 2 + 4 * 4096 * 2 + 4 * 1024 * 2 == 8_429_568
+
+
+def test_a_wave_across_expert_groups_reads_each_weight_block_once():
+    """4 experts of 16 × 384 × 128 in 16 × 128 tiles: 3 tiles per expert, 12 tiles, waves of 8 and 4 on the
+    standard chip's 8 PEs (no L2 to hold anything). The first wave covers experts 0–1 whole and 2 tiles of
+    expert 2, the second expert 2's last tile and expert 3: 8 + 4 weight blocks of 128 · 128 · 2 B, i.e. every
+    weight once (393,216 B), activations 16 · 128 · 2 B per expert a wave touches, 3 + 2 (expert 2's read in
+    both), and 12 output tiles of 16 · 128 · 2 B: 393,216 + 5 · 4,096 + 12 · 4,096 = 462,848 B. (A wave counted
+    as the whole of every group it reaches read expert 2's and 3's blocks twice: 15 blocks.)"""
+    dev = dataclasses.replace(_device(), l2_B=0.0)
+    assert dev.pes == 8
+    timed = _one_tiling(Gemm("experts", 16, 384, 128, groups=4), dev, 16, 128, 64)
+    assert float(timed.dram_B[0]) == 393_216 + 5 * 4_096 + 12 * 4_096 == 462_848
+
+
+def test_a_grouped_wave_on_a_one_column_gemm_is_a_column_of_tiles():
+    """256 × 16 × 64 in 16 × 16 tiles, grouped rasterisation: 16 row blocks and one column, two waves of 8. A
+    wave cannot be square here, so it is 8 tiles tall: each reads 8 activation blocks of 16 · 64 · 2 B (all
+    32,768 B of A over the two waves) and the one 64 · 16 · 2 B weight block (4,096 B for both), and writes 8
+    output tiles of 16 · 16 · 2 B (8,192 B): 45,056 B. (A square-ish count gave 3 row blocks a wave.)"""
+    dev = dataclasses.replace(_device(), l2_B=0.0)
+    timed = _one_tiling(Gemm("narrow", 256, 16, 64, weight=False), dev, 16, 16, 64, grouped=True)
+    assert int(timed.waves[0]) == 2
+    assert float(timed.dram_B[0]) == 32_768 + 4_096 + 8_192 == 45_056
 
 
 def test_row_major_transactions_of_narrow_shards():

@@ -99,7 +99,7 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     streamed = ~b_res
 
     def traffic(active) -> WaveTraffic:
-        rows, cols = _wave_blocks(active, row_blocks, col_blocks, groups, grouped)
+        rows, cols = _wave_blocks(active, row_blocks, col_blocks, grouped)
         b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
         a_B = np.where(a_res, 0.0, rows * real_rows * k_len * a_bytes)
         c_B = np.where(c_res, 0.0, active * real_rows * tn * c_bytes)
@@ -146,20 +146,26 @@ def _operand_reads(tm, tn, mt: int, nt: int, wgmma: bool) -> tuple[np.ndarray, n
     return reads_a, reads_b
 
 
-def _wave_blocks(tiles, row_blocks, col_blocks, groups: int, grouped):
+def _wave_blocks(tiles, row_blocks, col_blocks, grouped):
     """Distinct A row-blocks and B column-blocks touched by a wave of ``tiles`` consecutive tiles, in grouped
-    (square-ish waves) or row-order rasterisation."""
-    per_group = row_blocks * col_blocks
+    (square-ish waves) or row-order rasterisation. A wave longer than a group's tiles covers whole groups (all
+    their blocks) and part of one more (the blocks its remaining tiles touch), the wave taken to start at a
+    group's first tile."""
+    whole, rest = np.divmod(tiles, row_blocks * col_blocks)
+    rows, cols = _blocks_within_group(rest, row_blocks, col_blocks, grouped)
+    return whole * row_blocks + rows, whole * col_blocks + cols
+
+
+def _blocks_within_group(tiles, row_blocks, col_blocks, grouped):
+    """Distinct row- and column-blocks touched by ``tiles`` consecutive tiles of one group (0 for none): a grouped
+    wave is square-ish, taller when the group has too few columns for a square."""
     side = np.maximum(1, np.round(np.sqrt(tiles)).astype(np.int64))
     use_grouped = grouped & (row_blocks > 1)
-    rows_g = np.minimum(row_blocks, side)
+    rows_g = np.minimum(row_blocks, np.maximum(side, ceil_div(tiles, col_blocks)))
     cols_g = np.minimum(col_blocks, ceil_div(tiles, rows_g))
     cols_r = np.minimum(col_blocks, tiles)
     rows_r = np.minimum(row_blocks, ceil_div(tiles, col_blocks))
-    rows = np.where(use_grouped, rows_g, rows_r)
-    cols = np.where(use_grouped, cols_g, cols_r)
-    spans = np.maximum(1, ceil_div(tiles, per_group))
-    return np.where(spans > 1, rows * spans, rows), cols * np.minimum(groups, spans)
+    return np.where(use_grouped, rows_g, rows_r), np.where(use_grouped, cols_g, cols_r)
 
 
 def record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTiming:
