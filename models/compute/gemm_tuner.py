@@ -2,7 +2,7 @@
 
 The candidates are every tile shape of minimum tiles times powers of two up to :data:`MAX_TILE` (no larger
 than the GEMM needs), every split-K, and both rasterisations, whose accumulators fit the registers, with the
-deepest software pipeline that fits L1; :mod:`deepstack.models.compute.gemm` times them (the tuner is to the
+software-pipeline depths that fit L1; :mod:`deepstack.models.compute.gemm` times them (the tuner is to the
 timing model what Timeloop's mapper is to its model). The timed candidates of a GEMM on a device are kept, so
 the plain tuning and every tuning overlapped with a collective (eq. 5) pick from the same arrays.
 """
@@ -15,7 +15,7 @@ from deepstack.models import memo
 from deepstack.models.compute.gemm import Tilings, record, time_tilings
 from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.compute.timing import SPLIT_K, STAGES, NoTilingError, OpTiming, ceil_div
+from deepstack.models.compute.timing import SPLIT_K, NoTilingError, OpTiming, ceil_div, fitting_depths
 from deepstack.models.hardware.device import DeviceSpec
 
 MAX_TILE = 256  # largest tile edge searched (elements)
@@ -69,14 +69,11 @@ def _grid(gemms: list[Gemm], dev: DeviceSpec) -> dict[str, np.ndarray]:
     ok &= (grouped == 0) | (ceil_div(gm[gi], tm) > 1)
     gi, tm, tn, tk, split, grouped = (a[ok] for a in (gi, tm, tn, tk, split, grouped))
     stage_B = tm * tk * a_bytes[gi] + tk * tn * b_bytes[gi]
-    # the deepest pipeline that fits L1: more stages only add bytes in flight (Little) and widen the bank
-    # window, so shallower ones are never faster
-    stages = np.zeros(len(gi), dtype=np.int64)
-    for st in STAGES:
-        stages = np.where(st * stage_B <= dev.l1_B, st, stages)
-    ok = stages > 0
-    return {"gemm": gi[ok], "tm": tm[ok], "tn": tn[ok], "tk": tk[ok], "stages": stages[ok], "split": split[ok],
-            "grouped": grouped[ok].astype(bool)}
+    # every pipeline depth that fits L1 (paper §3.3.2 searches it): more stages hold more bytes in flight
+    # (Little) but widen the bank window, whose accesses may meet on fewer banks
+    row, depth = fitting_depths(stage_B, dev.l1_B, group=gi)
+    return {"gemm": gi[row], "tm": tm[row], "tn": tn[row], "tk": tk[row], "stages": depth, "split": split[row],
+            "grouped": grouped[row].astype(bool)}
 
 
 # (GEMM, device, swizzle) → its timed Tilings, or the message saying no tiling fits; filled a batch of GEMMs at a
