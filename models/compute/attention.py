@@ -19,12 +19,12 @@ from deepstack.models import memo
 from deepstack.models.compute.operators import KV_PAGE_TOKENS, Attention
 from deepstack.models.compute.timing import (
     SPLIT_K,
+    STAGES,
     WAVE_BOUNDS,
     NoTilingError,
     OpTiming,
     WaveKinds,
     ceil_div,
-    fitting_depths,
     l2_resident,
     pow2_range,
     waves_total_s,
@@ -89,12 +89,15 @@ def tune_attention(op: Attention, dev: DeviceSpec) -> OpTiming:
     head_block, bq, split, kv_block = grid.T
     head_block = np.minimum(head_block, op.q_per_group)
     rows = head_block * np.minimum(bq, op.q_len)
-    # every pipeline depth that fits L1 beside the tile's queries and outputs (paper §3.3.2)
-    fits, stages = fitting_depths(kv_block * op.kv_token_bytes, dev.l1_B,
-                                  rows * (op.qk_dim + op.v_dim) * op.act_bytes)
-    if not len(fits):
+    # the deepest pipeline that fits L1 (shallower ones only hold fewer bytes in flight)
+    resident_B = rows * (op.qk_dim + op.v_dim) * op.act_bytes
+    stages = np.zeros(len(grid), dtype=np.int64)
+    for st in sorted(STAGES):
+        stages = np.where(st * kv_block * op.kv_token_bytes + resident_B <= dev.l1_B, st, stages)
+    fits = stages > 0
+    if not fits.any():
         raise NoTilingError(f"{op.name}: no attention tiling fits this device's L1 ({dev.l1_B / 1024:g} KiB per PE)")
-    layouts = time_layouts(op, dev, head_block[fits], bq[fits], split[fits], stages, kv_block[fits])
+    layouts = time_layouts(op, dev, head_block[fits], bq[fits], split[fits], stages[fits], kv_block[fits])
     return layout_record(op, dev, layouts, int(np.argmin(layouts.time_s)))
 
 

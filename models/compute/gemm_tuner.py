@@ -69,9 +69,10 @@ def _grid(gemms: list[Gemm], dev: DeviceSpec) -> dict[str, np.ndarray]:
     ok &= (grouped == 0) | (ceil_div(gm[gi], tm) > 1)
     gi, tm, tn, tk, split, grouped = (a[ok] for a in (gi, tm, tn, tk, split, grouped))
     stage_B = tm * tk * a_bytes[gi] + tk * tn * b_bytes[gi]
-    # every pipeline depth that fits L1 (paper §3.3.2 searches it): more stages hold more bytes in flight
-    # (Little) but widen the bank window, whose accesses may meet on fewer banks
-    row, depth = fitting_depths(stage_B, dev.l1_B, group=gi)
+    # the pipeline depths that fit L1 (paper §3.3.2 searches the depth): more stages hold more bytes in flight
+    # (Little), never slower by itself, but widen the bank window of a tiled weight layout, whose accesses may
+    # meet on fewer banks; row-major weights stream whatever the depth, so there the deepest is the fastest
+    row, depth = fitting_depths(stage_B, dev.l1_B, gi, every=dev.dram.weight_layout != "row_major")
     return {"gemm": gi[row], "tm": tm[row], "tn": tn[row], "tk": tk[row], "stages": depth, "split": split[row],
             "grouped": grouped[row].astype(bool)}
 
