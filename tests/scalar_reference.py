@@ -46,7 +46,7 @@ def dram_time_s(dev: DeviceSpec, bytes_B: float, in_flight_B: float, active_pes:
     """DRAM time of a wave: the bank-level service time, bounded by peak, Little's law and L1 fill."""
     if bytes_B <= 0:
         return 0.0
-    little = max(in_flight_B, 1.0) / dev.dram.access_latency_s
+    little = max(in_flight_B, 1.0) / dev.dram.access_latency_s if in_flight_B > 0 else math.inf  # writes: posted
     l1_fill = active_pes * dev.l1_bw_B_per_cycle * dev.clock_Hz
     return max(bank_s, bytes_B / min(dev.dram.peak_bw_Bps, little, l1_fill))
 

@@ -95,6 +95,17 @@ def test_effective_bandwidth_respects_all_three_bounds(spec, size, in_flight, l1
     assert bw == min(dram.curve_bw_Bps(spec, size), in_flight / spec.access_latency_s, l1_fill)
 
 
+def test_a_wave_that_only_writes_is_not_bound_by_littles_law():
+    """A wave whose inputs stay in L2 has nothing in flight from DRAM and only writes its outputs, which are
+    posted: 1 MB at the standard stack's 1.6375 TB/s peak takes 1e6 / 1.6375e12 = 0.611 µs (Little's law on
+    the 1-byte floor the in-flight count used to get made it 1e6 × 130 ns = 0.13 s). With bytes in flight the
+    law binds as before: 1 MB with 4 KiB in flight at 130 ns is 1e6 / (4096 / 130e-9) = 31.7 µs."""
+    assert dram.wave_dram_time_s(DIRECT, 1e6, 0.0, 1e15, 0.0) == pytest.approx(1e6 / PEAK_Bps)
+    assert dram.wave_dram_time_s(DIRECT, 1e6, 4096.0, 1e15, 0.0) == pytest.approx(1e6 * 130e-9 / 4096)
+    scores = tune_gemm(Gemm("scores", 128, 384, 128, groups=32, b_bytes=1.0, weight=False), _device())
+    assert scores.time_s < 1e-4  # 3 MiB of outputs: microseconds, not the 0.4 s the floor gave
+
+
 def test_little_law():
     # eq. 1: 1 MiB in flight over 130 ns sustains at most 8.066 TB/s
     assert dram.little_bw_Bps(2**20, 130e-9) == pytest.approx(2**20 / 130e-9)

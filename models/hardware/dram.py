@@ -157,9 +157,12 @@ def stream_time_s(dram: DramSpec, total_B, segment_B):
 def wave_dram_time_s(dram: DramSpec, bytes_B, in_flight_B, l1_fill_Bps, bank_s):
     """The DRAM time (s) of one wave (§4.1.3): the banks' service time ``bank_s``, bounded below by the wave's
     ``bytes_B`` at the least of peak bandwidth, Little's law on the bytes in flight (eq. 1, 3) and the PEs' L1
-    fill bandwidth. 0 for a wave that reads nothing. Element-wise on numpy arrays; on floats it returns a numpy
-    float. The one place GEMMs, attention and vector operators take their DRAM time from."""
-    little = little_bw_Bps(np.maximum(in_flight_B, 1.0), dram.access_latency_s)
+    fill bandwidth. 0 for a wave that moves nothing; a wave with nothing in flight reads nothing from DRAM (its
+    inputs stay in L2) and only writes, which are posted: Little's law does not bound it. Element-wise on numpy
+    arrays; on floats it returns a numpy float. The one place GEMMs, attention and vector operators take their
+    DRAM time from."""
+    in_flight = np.asarray(in_flight_B, dtype=float)
+    little = np.where(in_flight > 0, little_bw_Bps(np.maximum(in_flight, 1.0), dram.access_latency_s), np.inf)
     bounded = np.maximum(bank_s, bytes_B / np.minimum(np.minimum(dram.peak_bw_Bps, little), l1_fill_Bps))
     return np.where(np.asarray(bytes_B) > 0, bounded, 0.0)[()]
 
