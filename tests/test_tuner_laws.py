@@ -76,3 +76,25 @@ def test_of_equally_fast_depths_the_deepest_is_kept():
         c.grouped == c.grouped[i])
     assert int(c.stages[i]) == int(c.stages[same].max())
     assert f"{int(c.stages[i])} stages" in best.config
+
+
+# a larger problem may time a little faster at sub-microsecond sizes: its tiles spread over more banks (16 × 64 × 128
+# in 0.173 µs, 24 × 64 × 128 in 0.165 µs), or a taller tile splits over the matrix units 2 × 2 and reads its
+# activations twice instead of four times (16 × 8 × 64 in 12.9 ns of L1, 24 × 8 × 64 in 11.4 ns); never by a fifth
+SIZE_SLACK = 0.8
+
+
+@settings(max_examples=40, deadline=None)
+@example(m=128, n=384, k=128, groups=32, b_bytes=1.0, weight=False, row_major=False, dim="n")
+@given(m=st.sampled_from([1, 4, 16, 37, 300, 2048]), n=st.sampled_from([8, 64, 384, 1536, 7168]),
+       k=st.sampled_from([64, 128, 2048, 7168]), groups=st.sampled_from([1, 3, 4, 32]),
+       b_bytes=st.sampled_from([1.0, 2.0]), weight=st.booleans(), row_major=st.booleans(),
+       dim=st.sampled_from(["m", "n", "k", "groups"]))
+def test_a_larger_gemm_never_runs_much_faster(m, n, k, groups, b_bytes, weight, row_major, dim):
+    """Half as much again along one dimension (one more group): never faster beyond the bank model's
+    granularity. (A GEMM whose inputs stay in L2 once took 0.4 s, its posted writes bound by Little's law.)"""
+    dev = ROW_MAJOR if row_major else DEVICE
+    size = {"m": m, "n": n, "k": k, "groups": groups}
+    larger = {**size, dim: size[dim] + (1 if dim == "groups" else max(1, size[dim] // 2))}
+    small = tune_gemm(Gemm("g", **size, b_bytes=b_bytes, weight=weight), dev).time_s
+    assert tune_gemm(Gemm("g", **larger, b_bytes=b_bytes, weight=weight), dev).time_s >= SIZE_SLACK * small
