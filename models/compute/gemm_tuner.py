@@ -15,7 +15,7 @@ from deepstack.models import memo
 from deepstack.models.compute.gemm import Tilings, record, time_tilings
 from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.compute.timing import SPLIT_K, NoTilingError, OpTiming, ceil_div, fitting_depths
+from deepstack.models.compute.timing import SPLIT_K, STAGES, NoTilingError, OpTiming, ceil_div
 from deepstack.models.hardware.device import DeviceSpec
 
 MAX_TILE = 256  # largest tile edge searched (elements)
@@ -72,9 +72,25 @@ def _grid(gemms: list[Gemm], dev: DeviceSpec) -> dict[str, np.ndarray]:
     # the pipeline depths that fit L1 (paper §3.3.2 searches the depth): more stages hold more bytes in flight
     # (Little), never slower by itself, but widen the bank window of a tiled weight layout, whose accesses may
     # meet on fewer banks; row-major weights stream whatever the depth, so there the deepest is the fastest
-    row, depth = fitting_depths(stage_B, dev.l1_B, gi, every=dev.dram.weight_layout != "row_major")
+    row, depth = _fitting_depths(stage_B, dev.l1_B, gi, every=dev.dram.weight_layout != "row_major")
     return {"gemm": gi[row], "tm": tm[row], "tn": tn[row], "tk": tk[row], "stages": depth, "split": split[row],
             "grouped": grouped[row].astype(bool)}
+
+
+def _fitting_depths(stage_B: np.ndarray, l1_B: float, gemm: np.ndarray, every: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The (candidate, pipeline depth) pairs whose stages of ``stage_B`` bytes fit L1: the candidates' indices
+    and the depths; with ``every`` each depth that fits, else the deepest alone. Within each GEMM (its candidates
+    kept together and in order), every candidate at its deepest fitting depth comes first, then every one at its
+    next deepest, and so on: the tuner keeps the first of equals, so a shallower pipeline is chosen only where it
+    is faster."""
+    depths = np.array(sorted(STAGES, reverse=True), dtype=np.int64)
+    fits = depths[None, :] * stage_B[:, None] <= l1_B
+    rank = np.cumsum(fits, axis=1)  # 1 at a candidate's deepest fitting depth, 2 at the next, ...
+    if not every:
+        fits &= rank == 1
+    row, which = np.nonzero(fits)
+    order = np.lexsort((row, rank[row, which], gemm[row]))
+    return row[order], depths[which[order]]
 
 
 # (GEMM, device, swizzle) → its timed Tilings, or the message saying no tiling fits; filled a batch of GEMMs at a

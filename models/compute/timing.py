@@ -17,23 +17,6 @@ import numpy as np
 from deepstack.errors import UserInputError
 
 STAGES = (2, 3, 4)  # software-pipeline depths searched
-
-
-def fitting_depths(stage_B: np.ndarray, l1_B: float, group: np.ndarray, every: bool = True
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """The (candidate, pipeline depth) pairs whose stages of ``stage_B`` bytes fit L1: the candidates' indices
-    and the depths; with ``every`` each depth that fits, else the deepest alone. Within each ``group`` (an
-    operator's candidates, kept together and in order), every candidate at its deepest fitting depth comes first,
-    then every one at its next deepest, and so on: the tuner keeps the first of equals, so a shallower pipeline
-    is chosen only where it is faster."""
-    depths = np.array(sorted(STAGES, reverse=True), dtype=np.int64)
-    fits = depths[None, :] * np.asarray(stage_B)[:, None] <= l1_B
-    if not every:
-        fits &= np.cumsum(fits, axis=1) == 1
-    row, which = np.nonzero(fits)
-    rank = np.cumsum(fits, axis=1)[row, which]  # 1 for a candidate's deepest fitting depth, 2 for the next, ...
-    order = np.lexsort((row, rank, np.asarray(group)[row]))
-    return row[order], depths[which[order]]
 SPLIT_K = (1, 2, 4, 8, 16)  # K (GEMM) or KV (decode attention) splits searched
 L2_RESIDENT_SHARE = 0.5  # a tensor stays in L2 between operators if it fits in half of it (inferred)
 WAVE_BOUNDS = ("matrix", "vector", "sfu", "l1", "l2", "dram")  # a wave's resources; the first of equals is named
