@@ -133,6 +133,9 @@ def accuracy_paper(
     report.table("Table 4, STPS: the paper's and ours under each assumption set", result["table4"],
                  ["row", "design", "schedule", "overlap", "area_model_pes", "paper_stps", "paper_set_stps",
                   "default_set_stps", "ratio", "verdict"])
+    beyond = summary["table4_beyond_limits_paper_set"]
+    report.console.print(f"Table 4 rows beyond a limit under the paper set (the paper's are all within): {len(beyond)}"
+                         + "".join(f"\n  {row}: {why}" for row, why in beyond.items()), markup=False, highlight=False)
     report.table("findings", result["findings"], ["finding", "what", "paper", "paper_set", "default_set", "verdict"])
     sources = dict.fromkeys(f["source"] for f in result["findings"] if f.get("source") and f["verdict"] in
                             ("holds", "fails"))
