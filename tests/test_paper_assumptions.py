@@ -254,7 +254,8 @@ def test_table4_b1024_steps_1_and_2_exceed_memory_by_hand():
     used = memory_footprint(point.scenario, point.schedule)
     assert used.weights_B == 2 * (mla + experts) * 1  # 2,906,554,880 B
     assert used.kv_cache_B == 1024 * 2048 * 576 * 2 * 2 == 4.5 * 2**30
-    assert used.total_B > usable_capacity_B(8 * 2**30) > used.weights_B + used.kv_cache_B - 0.05 * 2**30
+    # weights and cache alone, 7.207 GiB, already exceed the 7.2 GiB usable; the activations add 0.016
+    assert used.total_B > used.weights_B + used.kv_cache_B > usable_capacity_B(8 * 2**30)
 
 
 def test_assumptions_flag_is_validated(cli):
