@@ -251,6 +251,33 @@ def test_a_grouped_wave_on_a_one_column_gemm_is_a_column_of_tiles():
     assert float(timed.dram_B[0]) == 32_768 + 4_096 + 8_192 == 45_056
 
 
+def test_a_grouped_wave_of_whole_groups_reads_only_their_blocks():
+    """4 experts of 32 × 256 × 128 in 16 × 128 tiles, grouped rasterisation: 2 × 2 = 4 tiles per expert, 16 tiles,
+    two waves of 8 on the standard chip's 8 PEs, each covering exactly two experts. Every weight block once
+    (4 · 256 · 128 · 2 B = 262,144 B), each expert's 2 activation blocks of 16 · 128 · 2 B once (8 · 4,096 B) and
+    16 output tiles of 16 · 128 · 2 B (16 · 4,096 B): 360,448 B. (Counting one row block of a third expert in each
+    wave, as a wave of whole groups once did, gave 368,640 B.)"""
+    dev = dataclasses.replace(_device(), l2_B=0.0)
+    timed = _one_tiling(Gemm("experts", 32, 256, 128, groups=4), dev, 16, 128, 64, grouped=True)
+    assert int(timed.waves[0]) == 2
+    assert float(timed.dram_B[0]) == 262_144 + 8 * 4_096 + 16 * 4_096 == 360_448
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 200), st.integers(1, 9), st.integers(1, 9))
+def test_row_order_wave_blocks_match_an_enumeration(tiles, row_blocks, col_blocks):
+    """Row-order rasterisation, a wave starting at a group's first tile: the distinct (group, row-block) and
+    (group, column-block) pairs its tiles touch, counted one tile at a time, are what the closed form gives."""
+    from deepstack.models.compute.gemm import _wave_blocks
+
+    per_group = row_blocks * col_blocks
+    touched = [(t // per_group, (t % per_group) // col_blocks, t % col_blocks) for t in range(tiles)]
+    rows = len({(g, r) for g, r, _ in touched})
+    cols = len({(g, c) for g, _, c in touched})
+    got = _wave_blocks(np.array([tiles]), np.array([row_blocks]), np.array([col_blocks]), np.array([False]))
+    assert (int(got[0][0]), int(got[1][0])) == (rows, cols)
+
+
 def test_row_major_transactions_of_narrow_shards():
     """Row-major [N, K] weights: a tile access reads tk weights of each of its tn rows (128 B at tk = 128 of
     FP8), but a tile spanning whole rows reads its tn adjacent rows in one run: an expert's 8-column slice at

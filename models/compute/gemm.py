@@ -165,7 +165,9 @@ def _blocks_within_group(tiles, row_blocks, col_blocks, grouped):
     cols_g = np.minimum(col_blocks, ceil_div(tiles, rows_g))
     cols_r = np.minimum(col_blocks, tiles)
     rows_r = np.minimum(row_blocks, ceil_div(tiles, col_blocks))
-    return np.where(use_grouped, rows_g, rows_r), np.where(use_grouped, cols_g, cols_r)
+    none = tiles == 0  # a wave of whole groups touches no block of a further one (rows_g's floor of 1 would)
+    return (np.where(none, 0, np.where(use_grouped, rows_g, rows_r)),
+            np.where(none, 0, np.where(use_grouped, cols_g, cols_r)))
 
 
 def record(g: Gemm, dev: DeviceSpec, c: Tilings, i: int, swizzle: bool) -> OpTiming:
