@@ -365,3 +365,34 @@ def test_deepseek_v3_prefill_b1024_at_m_n_2_is_feasible_with_the_defaults(cli):
 def test_bad_budget_is_one_line(cli):
     assert_user_error(cli("evaluate", "--chip", "standard", "--phase", "prefill", "--prefill-chunk-tokens", "0"),
                       "--prefill-chunk-tokens", "greater than or equal to 1")
+
+
+@pytest.mark.parametrize("batch, engines, per_step", [(256, 64, 64), (200, 64, 50)])
+def test_a_step_of_sliced_prompts_holds_a_slice_on_every_engine(batch, engines, per_step):
+    # budget 512 cuts each 1,024-token prompt into 2 slices; with dp=64 each engine holds ⌈batch / 64⌉ prompts, so
+    # 4 · 2 = 8 steps, and a step holds one slice on every engine that still has one: 64 slices at b256, and at b200
+    # (engines of 4 and 3 prompts) 200 / 4 = 50 on average — 8 · 50 · 512 = 200 · 1,024 tokens. (The batch's share
+    # of the 8 steps, ⌈256 / 8⌉ = 32 requests, left half the engines' slices out.)
+    from deepstack.models.pipeline.phase import _phase_shape
+
+    schedule = Schedule.parse(f"tp=2,pp=2,dp={engines}")
+    _, options, micros, context = _phase_shape(_scenario(512, batch=batch), schedule)
+    assert options == (8,) and context == 768
+    assert (micros[0].batch, micros[0].input_len) == (per_step, 512)
+    assert options[0] * micros[0].batch * micros[0].input_len == batch * 1024
+
+
+def test_sliced_prompts_give_a_narrower_module_every_engines_tokens():
+    # per-module: attention on 64 engines (tp=2), the FFN on 16 replicas of tp=8 (2 stages of 128 devices). A step
+    # of 512-token slices holds 64 · 512 = 32,768 tokens, 32,768 / 16 = 2,048 per FFN replica: the gate/up GEMM of
+    # each FFN device is 2,048 rows of 2 · 8,192 / 8 = 2,048 columns over the hidden 2,048
+    from deepstack.models.pipeline.phase import _phase_shape
+
+    schedule = Schedule.parse("attn:tp=2,dp=64;ffn:tp=8,dp=16;pp=2")
+    _, _, micros, context = _phase_shape(_scenario(512, batch=256), schedule)
+    layers = chunk_workload(micros[0], schedule.attention, schedule.ffn, schedule.pp, 0, context)
+    gate_up = {(op.m, op.n, op.k) for layer in layers for op in layer.ops
+               if isinstance(op, Gemm) and op.name == "gate_up_proj"}
+    assert gate_up == {(2048, 2048, 2048)}
+    qkv = {op.m for layer in layers for op in layer.ops if isinstance(op, Gemm) and op.name == "qkv_proj"}
+    assert qkv == {512}  # one slice of one prompt on each attention device

@@ -126,12 +126,19 @@ def microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
 
 
 @memo.cached(maxsize=4096)
-def _microbatch_scenario(scenario: Scenario, microbatches: int, tokens: int) -> Scenario:
+def _microbatch_scenario(scenario: Scenario, microbatches: int, tokens: int, sliced_on: int = 0) -> Scenario:
     """The scenario of one microbatch of ``tokens`` prompt tokens per request (one shared object per input, so
-    memo lookups hit by identity)."""
+    memo lookups hit by identity). A microbatch holds the batch's share of its requests; with prompts cut into
+    slices (``sliced_on``: the engines, attention's data replicas) a step holds one slice of one request on
+    every engine that still has one, on average ⌈batch / ⌈batch / engines⌉⌉ requests: the microbatches are
+    then each engine's requests times its slices, so the batch's share would drop the other engines' slices."""
     if microbatches == 1 and tokens == scenario.input_len:
         return scenario
-    return scenario.model_copy(update={"batch": math.ceil(scenario.batch / microbatches), "input_len": tokens})
+    if sliced_on:
+        requests = math.ceil(scenario.batch / math.ceil(scenario.batch / sliced_on))
+    else:
+        requests = math.ceil(scenario.batch / microbatches)
+    return scenario.model_copy(update={"batch": requests, "input_len": tokens})
 
 
 @memo.cached(maxsize=16384)
@@ -143,7 +150,8 @@ def _phase_shape(scenario: Scenario, s: Schedule) -> tuple[tuple[int, ...], tupl
     options = tuple(microbatch_options(scenario, s))
     chunks = _chunks(scenario, s)
     tokens = chunks.tokens if chunks else scenario.input_len
-    return (stages, options, tuple(_microbatch_scenario(scenario, m, tokens) for m in options),
+    sliced_on = chunks.replicas if chunks and chunks.tokens < scenario.input_len else 0
+    return (stages, options, tuple(_microbatch_scenario(scenario, m, tokens, sliced_on) for m in options),
             chunks.context if chunks else None)
 
 
