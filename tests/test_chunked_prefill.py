@@ -12,6 +12,8 @@ import itertools
 
 import pytest
 from conftest import assert_user_error
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.models.compute.operators import Attention, Choice, Gemm
@@ -396,3 +398,34 @@ def test_sliced_prompts_give_a_narrower_module_every_engines_tokens():
     assert gate_up == {(2048, 2048, 2048)}
     qkv = {op.m for layer in layers for op in layer.ops if isinstance(op, Gemm) and op.name == "qkv_proj"}
     assert qkv == {512}  # one slice of one prompt on each attention device
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([4, 8, 16, 32]), st.sampled_from([1, 2, 4, 8, 16]),
+       st.sampled_from([1, 2, 3]), st.sampled_from([128, 256, 512, 1024, 2048, 8192]), st.sampled_from([1, 2]))
+def test_every_module_of_a_prefill_step_sees_the_same_tokens(attn_tp, engines, ffn_tp, per_engine, budget, pp):
+    """Conservation of tokens in a chunked prefill, flat and per-module schedules, Llama-3.2-1B, prompts of 1,024
+    (each engine holding the same number): with whole prompts attention's engines and the FFN's replicas process
+    the same tokens in a step when the step's prompts divide over both; with slices every step holds one slice on
+    each engine, so the FFN's replicas together see at least those tokens, and the steps cover the batch once."""
+    from deepstack.models.pipeline.phase import _phase_shape
+
+    devices = attn_tp * engines
+    if devices % ffn_tp:
+        return
+    ffn_dp = devices // ffn_tp
+    batch = engines * per_engine
+    schedule = Schedule.parse(f"attn:tp={attn_tp},dp={engines};ffn:tp={ffn_tp},dp={ffn_dp};pp={pp}")
+    if ffn_dp > batch:  # more FFN replicas than requests: not a schedule the search keeps
+        return
+    _, options, micros, context = _phase_shape(_scenario(budget, batch=batch), schedule)
+    for steps, micro in zip(options, micros, strict=True):
+        layers = chunk_workload(micro, schedule.attention, schedule.ffn, schedule.pp, 0, context)
+        rows = {op.name: op.m for layer in layers for op in layer.ops if isinstance(op, Gemm)}
+        step_tokens = rows["qkv_proj"] * engines
+        if micro.input_len < 1024:  # slices: one on each engine per step
+            assert step_tokens == engines * micro.input_len
+            assert rows["gate_up_proj"] * ffn_dp >= step_tokens
+            assert steps * step_tokens == batch * 1024
+        elif micro.batch % engines == 0 and micro.batch % ffn_dp == 0:
+            assert rows["gate_up_proj"] * ffn_dp == step_tokens
