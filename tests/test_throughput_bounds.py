@@ -1,0 +1,53 @@
+"""A physical bound every evaluation must respect: no step runs faster than its matrix units allow. The
+system's STPS times the FLOPs each token (prompt or generated) needs in the linear layers alone (2 per weight;
+attention's own work and the head come on top) can never exceed the devices' peak matrix FLOP/s at the nominal
+clock (DVFS only lowers it). Checked in prefill and decode over flat and per-module schedules, whole prompts and
+prompts cut into slices, with and without PP, on the 8-device mini8 network (Llama-3.2-1B: hidden 2,048, 16
+layers, 32 heads and 8 KV heads of 64, SwiGLU 8,192). A step that drops tokens (as prompt slices once did for a
+per-module FFN) breaks it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deepstack import catalog
+from deepstack.models.design import DesignPoint
+from deepstack.models.evaluate import evaluate
+from deepstack.models.hardware.device import resolve_device
+from deepstack.schema import Scenario, Schedule
+
+MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
+HIDDEN, LAYERS, KV_WIDTH, FFN = 2048, 16, 8 * 64, 8192
+# q and o (hidden²), k and v (hidden × 8 KV heads × 64), gate, up and down (hidden × 8,192), 2 FLOPs per weight
+LINEAR_FLOPS_PER_TOKEN = 2 * LAYERS * (2 * HIDDEN * HIDDEN + 2 * HIDDEN * KV_WIDTH + 3 * HIDDEN * FFN)
+
+
+def test_the_linear_flops_per_token_by_hand():
+    # per layer 2 · 2,048² + 2 · 2,048 · 512 + 3 · 2,048 · 8,192 = 8,388,608 + 2,097,152 + 50,331,648 = 60,817,408
+    # weights; × 16 layers × 2 FLOPs = 1,946,157,056
+    assert LINEAR_FLOPS_PER_TOKEN == 1_946_157_056
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]),
+       st.sampled_from([128, 512, 1024, 8192]), st.sampled_from([1, 2, 4]), st.sampled_from(["prefill", "decode"]))
+def test_no_step_beats_the_matrix_peak(attn_tp, ffn_tp, pp, budget, per_engine, phase):
+    devices = 8 // pp  # per pipeline stage; attention on `engines` data replicas of attn_tp, the FFN on TP ffn_tp
+    if attn_tp > devices or ffn_tp > devices:
+        return
+    engines = devices // attn_tp
+    batch = engines * per_engine
+    if devices // ffn_tp > batch:  # more FFN replicas than requests: not a schedule the search keeps
+        return
+    schedule = Schedule.parse(f"attn:tp={attn_tp},dp={engines};ffn:tp={ffn_tp},dp={devices // ffn_tp};pp={pp}")
+    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
+    scenario = Scenario(model="llama-3.2-1b", phase=phase, batch=batch, input_len=1024,
+                        prefill_chunk_tokens=budget)
+    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=4,
+                        connected_layers=4)
+    report = evaluate(point, breakdown=False)
+    dev = resolve_device(chip, 4, 4, network, None, 1.0)
+    assert report.metrics.stps * LINEAR_FLOPS_PER_TOKEN <= 8 * dev.peak_matrix_flops
