@@ -51,3 +51,25 @@ def test_no_step_beats_the_matrix_peak(attn_tp, ffn_tp, pp, budget, per_engine, 
     report = evaluate(point, breakdown=False)
     dev = resolve_device(chip, 4, 4, network, None, 1.0)
     assert report.metrics.stps * LINEAR_FLOPS_PER_TOKEN <= 8 * dev.peak_matrix_flops
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2]), st.sampled_from([1, 4, 16, 64]),
+       st.sampled_from([(2, 1), (4, 4), (8, 8)]))
+def test_no_decode_step_beats_its_weight_stream(tp, pp, batch, stacking):
+    """A decode step reads every weight its device holds at least once: the step takes at least the device's
+    share of the linear layers' weights (16 layers × 60,817,408 BF16 weights over TP and PP) at the DRAM's peak,
+    so STPS ≤ batch × peak / share. Flat schedules on mini8 (8 devices: TP × PP × DP)."""
+    dp = 8 // (tp * pp)
+    if dp < 1 or dp > batch:
+        return
+    m, n = stacking
+    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
+    scenario = Scenario(model="llama-3.2-1b", phase="decode", batch=batch, input_len=1024)
+    schedule = Schedule.parse(f"tp={tp},pp={pp},dp={dp}")
+    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=m,
+                        connected_layers=n)
+    report = evaluate(point, breakdown=False)
+    share_B = LINEAR_FLOPS_PER_TOKEN / 2 * 2 / (tp * pp)  # weights (FLOPs / 2) of 2 bytes, over TP and PP
+    peak_Bps = resolve_device(chip, m, n, network, None, 1.0).dram.peak_bw_Bps
+    assert report.metrics.stps <= batch * peak_Bps / share_B
