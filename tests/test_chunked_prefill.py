@@ -30,6 +30,7 @@ from deepstack.models.parallel.chunks import (
 from deepstack.models.parallel.memory import feasible_strategies, fits, memory_footprint
 from deepstack.models.parallel.prefill_budget import prefill_budget
 from deepstack.models.parallel.strategies import Strategy
+from deepstack.models.pipeline.phase import _phase_shape
 from deepstack.models.pipeline.stages import chunk_workload
 from deepstack.schema import Scenario, Schedule
 
@@ -375,8 +376,6 @@ def test_a_step_of_sliced_prompts_holds_a_slice_on_every_engine(batch, engines, 
     # 4 · 2 = 8 steps, and a step holds one slice on every engine that still has one: 64 slices at b256, and at b200
     # (engines of 4 and 3 prompts) 200 / 4 = 50 on average — 8 · 50 · 512 = 200 · 1,024 tokens. (The batch's share
     # of the 8 steps, ⌈256 / 8⌉ = 32 requests, left half the engines' slices out.)
-    from deepstack.models.pipeline.phase import _phase_shape
-
     schedule = Schedule.parse(f"tp=2,pp=2,dp={engines}")
     _, options, micros, context = _phase_shape(_scenario(512, batch=batch), schedule)
     assert options == (8,) and context == 768
@@ -388,8 +387,6 @@ def test_sliced_prompts_give_a_narrower_module_every_engines_tokens():
     # per-module: attention on 64 engines (tp=2), the FFN on 16 replicas of tp=8 (2 stages of 128 devices). A step
     # of 512-token slices holds 64 · 512 = 32,768 tokens, 32,768 / 16 = 2,048 per FFN replica: the gate/up GEMM of
     # each FFN device is 2,048 rows of 2 · 8,192 / 8 = 2,048 columns over the hidden 2,048
-    from deepstack.models.pipeline.phase import _phase_shape
-
     schedule = Schedule.parse("attn:tp=2,dp=64;ffn:tp=8,dp=16;pp=2")
     _, _, micros, context = _phase_shape(_scenario(512, batch=256), schedule)
     layers = chunk_workload(micros[0], schedule.attention, schedule.ffn, schedule.pp, 0, context)
@@ -408,8 +405,6 @@ def test_every_module_of_a_prefill_step_sees_the_same_tokens(attn_tp, engines, f
     (each engine holding the same number): with whole prompts attention's engines and the FFN's replicas process
     the same tokens in a step when the step's prompts divide over both; with slices every step holds one slice on
     each engine, so the FFN's replicas together see at least those tokens, and the steps cover the batch once."""
-    from deepstack.models.pipeline.phase import _phase_shape
-
     devices = attn_tp * engines
     if devices % ffn_tp:
         return

@@ -8,8 +8,7 @@ per-module FFN) breaks it."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from conftest import MINI8
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,10 +18,11 @@ from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
 from deepstack.schema import Scenario, Schedule
 
-MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
 HIDDEN, LAYERS, KV_WIDTH, FFN = 2048, 16, 8 * 64, 8192
-# q and o (hidden²), k and v (hidden × 8 KV heads × 64), gate, up and down (hidden × 8,192), 2 FLOPs per weight
-LINEAR_FLOPS_PER_TOKEN = 2 * LAYERS * (2 * HIDDEN * HIDDEN + 2 * HIDDEN * KV_WIDTH + 3 * HIDDEN * FFN)
+# q and o (hidden²), k and v (hidden × 8 KV heads × 64), gate, up and down (hidden × 8,192)
+LINEAR_WEIGHTS = LAYERS * (2 * HIDDEN * HIDDEN + 2 * HIDDEN * KV_WIDTH + 3 * HIDDEN * FFN)
+LINEAR_FLOPS_PER_TOKEN = 2 * LINEAR_WEIGHTS  # 2 FLOPs per weight
+WEIGHT_BYTES = 2  # BF16
 
 
 def test_the_linear_flops_per_token_by_hand():
@@ -70,6 +70,6 @@ def test_no_decode_step_beats_its_weight_stream(tp, pp, batch, stacking):
     point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=m,
                         connected_layers=n)
     report = evaluate(point, breakdown=False)
-    share_B = LINEAR_FLOPS_PER_TOKEN / 2 * 2 / (tp * pp)  # weights (FLOPs / 2) of 2 bytes, over TP and PP
+    share_B = LINEAR_WEIGHTS * WEIGHT_BYTES / (tp * pp)
     peak_Bps = resolve_device(chip, m, n, network, None, 1.0).dram.peak_bw_Bps
     assert report.metrics.stps <= batch * peak_Bps / share_B
