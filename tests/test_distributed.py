@@ -463,3 +463,36 @@ def test_ffn_with_fewer_replicas_than_attention_gathers_the_tokens():
     gate = _expert_gate_up("deepseek-v3", 512, "attn:dp=8;moe:tp=8")
     assert (gate.groups, gate.m) == (256, 16)
     assert gate.m == _expert_gate_up("deepseek-v3", 512, "tp=8").m  # the same per-GPU work as flat TP8
+
+
+@pytest.mark.parametrize("split", ["cp", "sp"])
+def test_an_ep_group_routes_the_tokens_of_every_cp_and_sp_rank(split):
+    # Qwen3-235B-A22B prefill (128 experts, top-8), 8 prompts of 1,024 on attn:{cp|sp}=8,dp=8;ffn:ep=64: each
+    # attention device holds 1,024 / 8 = 128 tokens of one prompt, the 64 devices together 8 × 1,024 = 8,192
+    # distinct tokens, all routed by the one EP group: 8,192 × 8 / 64 = 1,024 slots per device on average, the
+    # busiest 1,024 · (1 + √(2 ln 64 / 1,024)) = 1,116.3 → 1,117, over its 2 experts → 559 rows each. (Counting
+    # 128 tokens per attention replica, as before, gave 1,024 tokens and 81 rows.)
+    gate = _expert_gate_up("qwen3-235b-a22b", 8, f"attn:{split}=8,dp=8;ffn:ep=64", "prefill")
+    assert (gate.groups, gate.m) == (2, 559)
+
+
+def test_fewer_prompts_than_ffn_replicas_split_token_by_token():
+    # DeepSeek-V3 prefill, 4 prompts of 1,024 on attn:tp=16,ep=4,sp=4;ffn:ep=64,sp=4 (256 devices): each
+    # attention replica holds one prompt (256 tokens per SP rank); the FFN's 64 · 4 = 256 replicas split the
+    # 4,096 tokens evenly, 16 each, not one 1,024-token prompt per replica (256 per SP rank) as before. Every op of
+    # the FFN, its shared expert and the EP all-to-all see 16 tokens: 16 × 8 picks × 7,168 × 2 B = 1,835,008 B
+    from deepstack.models.compute.workload import build_workload, ffn_share
+
+    schedule = Schedule.parse("attn:tp=16,ep=4,sp=4;ffn:ep=64,sp=4")
+    sc = Scenario(model="deepseek-v3", phase="prefill", batch=4, input_len=1024, precision="a16w16")
+    a, f = schedule.attention, schedule.ffn
+    assert ffn_share(sc.model, sc, a, f, 1).tokens == 16
+    assert device_share(sc.model, sc, a, 1).tokens == 256
+    moe = next(layer for layer in build_workload(sc.model, sc, a, f, 1) if layer.kind == "moe")
+    assert {op.m for op in moe.ops if op.name in ("router", "shared_gate_up", "shared_down")} == {16}
+    comms = {c.name: c for c in communication.ffn_comms(sc.model, sc, schedule, device_share(sc.model, sc, a, 1),
+                                                        ffn_share(sc.model, sc, a, f, 1), moe=True)}
+    assert comms["moe_dispatch_a2a"].bytes_per_rank == 16 * 8 * 7168 * 2 == 1_835_008
+    # decode: a request is one token, so the token split is the request split
+    dec = Scenario(model="deepseek-v3", phase="decode", batch=4)
+    assert ffn_share(dec.model, dec, a, f, 1) == device_share(dec.model, dec, f, 1)

@@ -4,7 +4,8 @@ attention's own work and the head come on top) can never exceed the devices' pea
 clock (DVFS only lowers it). Checked in prefill and decode over flat and per-module schedules, whole prompts and
 prompts cut into slices, with and without PP, on the 8-device mini8 network (Llama-3.2-1B: hidden 2,048, 16
 layers, 32 heads and 8 KV heads of 64, SwiGLU 8,192). A step that drops tokens (as prompt slices once did for a
-per-module FFN) breaks it."""
+per-module FFN) breaks it. A MoE model with CP or SP attention checks that an EP group routes the tokens of
+every CP and SP rank (it once counted one rank's)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,32 @@ def test_no_decode_step_beats_its_weight_stream(tp, pp, batch, stacking):
     share_B = LINEAR_WEIGHTS * WEIGHT_BYTES / (tp * pp)
     peak_Bps = resolve_device(chip, m, n, network, None, 1.0).dram.peak_bw_Bps
     assert report.metrics.stps <= batch * peak_Bps / share_B
+
+
+# Qwen3-30B-A3B (hidden 2,048, 48 layers, 32 heads and 4 KV heads of 128, 128 experts of 768, top-8): q and o
+# (2,048 × 4,096), k and v (2,048 × 512), the router (2,048 × 128) and the 8 experts a token visits (3 × 2,048 × 768)
+MOE_LINEAR_FLOPS_PER_TOKEN = 2 * 48 * (2 * 2048 * 4096 + 2 * 2048 * 512 + 2048 * 128 + 8 * 3 * 2048 * 768)
+
+
+def test_the_moe_linear_flops_per_token_by_hand():
+    # per layer 16,777,216 + 2,097,152 + 262,144 + 37,748,736 = 56,885,248 weights a token uses; × 48 × 2
+    assert MOE_LINEAR_FLOPS_PER_TOKEN == 5_460_983_808
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(["cp", "sp"]), st.sampled_from([2, 4, 8]), st.sampled_from([1, 2]),
+       st.sampled_from([128, 1024, 8192]), st.sampled_from([1, 2, 4]), st.sampled_from(["prefill", "decode"]))
+def test_no_moe_step_beats_the_matrix_peak_under_cp_or_sp_attention(split, degree, pp, budget, per_engine, phase):
+    devices = 8 // pp  # per pipeline stage: attention on `engines` replicas of CP (or SP) `degree`, experts on EP
+    if degree > devices:
+        return
+    engines = devices // degree
+    schedule = Schedule.parse(f"attn:{split}={degree},dp={engines};ffn:ep={devices};pp={pp}")
+    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
+    scenario = Scenario(model="qwen3-30b-a3b", phase=phase, batch=engines * per_engine, input_len=1024,
+                        prefill_chunk_tokens=budget)
+    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=4,
+                        connected_layers=4)
+    report = evaluate(point, breakdown=False)
+    dev = resolve_device(chip, 4, 4, network, None, 1.0)
+    assert report.metrics.stps * MOE_LINEAR_FLOPS_PER_TOKEN <= 8 * dev.peak_matrix_flops

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from deepstack.models import memo
 from deepstack.models.assumptions import reads_all_local_experts
@@ -100,6 +100,20 @@ def device_share(model: LLM, scenario: Scenario, attention: ModuleParallel, pp: 
     return DeviceShare(tokens=max(tokens, 1), requests=requests, q_len=q_len, kv_len=kv_local, layers=last - first,
                        dense_layers=dense, moe_layers=(last - first) - dense, first_stage=stage == 0,
                        last_stage=stage == pp - 1, q_span=q_span, head_split=head_split)
+
+
+@memo.cached(maxsize=16384)
+def ffn_share(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
+              stage: int = 0, context_len: int | None = None) -> DeviceShare:
+    """One FFN device's share under a per-module schedule (the attention's under a flat one). Tokens cross the
+    module boundary one by one, not request by request: in prefill the FFN's replicas split the stage's prompt
+    tokens evenly, ⌈batch · input_len / (DP · EP · SP · CP)⌉ each, even when there are fewer prompts than
+    replicas. (In decode a request is one token, so the two splits agree.)"""
+    share = device_share(model, scenario, ffn, pp, stage, context_len)
+    if ffn == attention or scenario.phase == "decode":
+        return share
+    tokens = ceil_div(scenario.batch * scenario.input_len, ffn.replicas * ffn.sp * ffn.cp)
+    return replace(share, tokens=max(tokens, 1))
 
 
 def decode_context(scenario: Scenario) -> int:
@@ -356,13 +370,14 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
                                                                   share.tokens * d * a, segment_bytes=d * w),))))
     # the FFN's tokens per device follow its own layout: a per-module schedule whose FFN has more (fewer)
     # replicas than its attention splits (gathers) the tokens at the module boundary, as its collectives do
-    ffn_tokens = share.tokens
-    if ffn != attention:
-        ffn_tokens = device_share(model, scenario, ffn, pp, stage, context_len).tokens
-    # an EP group routes the distinct tokens its devices hold, not each device's share rounded up, and in decode
-    # only real requests' tokens: replicas beyond a step's requests hold padding (docs/model.md §13). (A prefill
-    # micro-batch of prompt slices counts one slice per replica, not the step's requests: no cap there.)
-    group_tokens = min(ffn_tokens * ffn.ep, ceil_div(share.tokens * attention.replicas, ffn.dp))
+    ffn_tokens = ffn_share(model, scenario, attention, ffn, pp, stage, context_len).tokens
+    # an EP group routes the distinct tokens its devices hold, not each device's share rounded up: the stage's
+    # tokens (attention's per-device share before its SP/CP split, times its replicas) over the FFN's non-EP
+    # replicas; in decode only real requests' tokens: replicas beyond a step's requests hold padding
+    # (docs/model.md §13). (A prefill micro-batch of prompt slices counts one slice per replica, not the step's
+    # requests: no cap there.)
+    stage_tokens = share.tokens * attention.sp * attention.cp * attention.replicas
+    group_tokens = min(ffn_tokens * ffn.ep, ceil_div(stage_tokens, ffn.dp * ffn.sp * ffn.cp))
     if phase == "decode":
         group_tokens = min(group_tokens, ceil_div(scenario.batch, ffn.dp * ffn.sp * ffn.cp))
     dense, dense_tokens = (attention, share.tokens) if dense_on_attention(moe_mode) else (ffn, ffn_tokens)

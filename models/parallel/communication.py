@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 
 from deepstack.models import collectives, memo, network
-from deepstack.models.compute.workload import DeviceShare, device_share
+from deepstack.models.compute.workload import DeviceShare, device_share, ffn_share
 from deepstack.models.hashing import HashedTuple, cached_hash, state_without_hash
 from deepstack.schema import LLM, Network, Scenario, Schedule
 
@@ -177,7 +177,7 @@ def layouts(model: LLM, scenario: Scenario, schedule: Schedule) -> Layouts:
     """Order each module's dimensions by their traffic (heaviest innermost), stages outermost."""
     a, f = schedule.attention, schedule.ffn
     share_a = device_share(model, scenario, a, schedule.pp)
-    share_f = device_share(model, scenario, f, schedule.pp)
+    share_f = ffn_share(model, scenario, a, f, schedule.pp)
     traffic: dict[str, float] = {}
     comms = attention_comms(model, scenario, schedule, share_a) + ffn_comms(
         model, scenario, schedule, share_a, share_f, model.is_moe) + fsdp_comms(model, scenario, schedule,

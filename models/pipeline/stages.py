@@ -17,7 +17,7 @@ from deepstack.models.compute.dispatch import time_op
 from deepstack.models.compute.gemm_tuner import tune_gemm_overlapped
 from deepstack.models.compute.operators import Choice, Gemm
 from deepstack.models.compute.timing import OpTiming
-from deepstack.models.compute.workload import LayerOps, build_workload, device_share
+from deepstack.models.compute.workload import LayerOps, build_workload, device_share, ffn_share
 from deepstack.models.hardware.device import DeviceSpec
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.parallel import communication
@@ -146,7 +146,7 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
     link speeds or latencies. A prefill chunk's collectives move its own tokens only, whatever its context."""
     model = scenario.model
     share_a = device_share(model, scenario, schedule.attention, schedule.pp, stage)
-    share_f = device_share(model, scenario, schedule.ffn, schedule.pp, stage)
+    share_f = ffn_share(model, scenario, schedule.attention, schedule.ffn, schedule.pp, stage)
 
     def moving(comms) -> tuple[tuple, tuple]:
         """The collectives that move data (one per name) and their routes."""
