@@ -26,6 +26,19 @@ LINEAR_FLOPS_PER_TOKEN = 2 * LINEAR_WEIGHTS  # 2 FLOPs per weight
 WEIGHT_BYTES = 2  # BF16
 
 
+STANDARD = catalog.load("chips", "standard")
+NETWORK = catalog.load("nocs", str(MINI8))
+PEAK_FLOPS = 8 * resolve_device(STANDARD, 4, 4, NETWORK, None, 1.0).peak_matrix_flops  # 8 devices at m = n = 4
+
+
+def _stps_on_mini8(model: str, phase: str, batch: int, budget: int, schedule: Schedule) -> float:
+    """The system STPS of 1,024-token prompts (or their decode) on 8 Standard devices at m = n = 4."""
+    scenario = Scenario(model=model, phase=phase, batch=batch, input_len=1024, prefill_chunk_tokens=budget)
+    point = DesignPoint(chip=STANDARD, scenario=scenario, schedule=schedule, network=NETWORK, stacked_layers=4,
+                        connected_layers=4)
+    return evaluate(point, breakdown=False).metrics.stps
+
+
 def test_the_linear_flops_per_token_by_hand():
     # per layer 2 · 2,048² + 2 · 2,048 · 512 + 3 · 2,048 · 8,192 = 8,388,608 + 2,097,152 + 50,331,648 = 60,817,408
     # weights; × 16 layers × 2 FLOPs = 1,946,157,056
@@ -44,14 +57,7 @@ def test_no_step_beats_the_matrix_peak(attn_tp, ffn_tp, pp, budget, per_engine, 
     if devices // ffn_tp > batch:  # more FFN replicas than requests: not a schedule the search keeps
         return
     schedule = Schedule.parse(f"attn:tp={attn_tp},dp={engines};ffn:tp={ffn_tp},dp={devices // ffn_tp};pp={pp}")
-    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
-    scenario = Scenario(model="llama-3.2-1b", phase=phase, batch=batch, input_len=1024,
-                        prefill_chunk_tokens=budget)
-    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=4,
-                        connected_layers=4)
-    report = evaluate(point, breakdown=False)
-    dev = resolve_device(chip, 4, 4, network, None, 1.0)
-    assert report.metrics.stps * LINEAR_FLOPS_PER_TOKEN <= 8 * dev.peak_matrix_flops
+    assert _stps_on_mini8("llama-3.2-1b", phase, batch, budget, schedule) * LINEAR_FLOPS_PER_TOKEN <= PEAK_FLOPS
 
 
 @settings(max_examples=40, deadline=None)
@@ -95,11 +101,5 @@ def test_no_moe_step_beats_the_matrix_peak_under_cp_or_sp_attention(split, degre
         return
     engines = devices // degree
     schedule = Schedule.parse(f"attn:{split}={degree},dp={engines};ffn:ep={devices};pp={pp}")
-    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
-    scenario = Scenario(model="qwen3-30b-a3b", phase=phase, batch=engines * per_engine, input_len=1024,
-                        prefill_chunk_tokens=budget)
-    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=4,
-                        connected_layers=4)
-    report = evaluate(point, breakdown=False)
-    dev = resolve_device(chip, 4, 4, network, None, 1.0)
-    assert report.metrics.stps * MOE_LINEAR_FLOPS_PER_TOKEN <= 8 * dev.peak_matrix_flops
+    stps = _stps_on_mini8("qwen3-30b-a3b", phase, engines * per_engine, budget, schedule)
+    assert stps * MOE_LINEAR_FLOPS_PER_TOKEN <= PEAK_FLOPS
