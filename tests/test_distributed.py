@@ -496,3 +496,13 @@ def test_fewer_prompts_than_ffn_replicas_split_token_by_token():
     # decode: a request is one token, so the token split is the request split
     dec = Scenario(model="deepseek-v3", phase="decode", batch=4)
     assert ffn_share(dec.model, dec, a, f, 1) == device_share(dec.model, dec, f, 1)
+
+
+def test_a_decode_ep_group_routes_every_request_of_its_cp_ranks():
+    # DeepSeek-V3 decode b128 on attn:tp=8,cp=8;ffn:tp=8,ep=8 (64 devices, one attention replica): CP splits the
+    # linear layers' 128 tokens 16 per rank, and the EP group routes all 128: 128 × 8 / 8 = 128 slots per device
+    # on average, the busiest 128 · (1 + √(2 ln 8 / 128)) = 151.1 → 152, over the 237.6 of 256 experts 128 tokens
+    # touch under the hot-expert skew × 32 local / 256 = 29.7 → 30 groups → ⌈152 / 30⌉ = 6 rows each. (Routing
+    # one CP rank's 16 tokens, as before, gave 25 slots over 11 groups: 3 rows.)
+    gate = _expert_gate_up("deepseek-v3", 128, "attn:tp=8,cp=8;ffn:tp=8,ep=8")
+    assert (gate.groups, gate.m) == (30, 6)
