@@ -22,12 +22,13 @@ STUDIES = Path(__file__).resolve().parent
 
 
 def ffn_flops_per_token(model) -> float:
-    """2 FLOPs per FFN weight a token meets: 3 matrices (gate, up, down) of hidden × intermediate per layer."""
-    dense = model.dense_layers * model.dense_intermediate if model.dense_layers else 0
-    moe = model.moe
-    routed = (model.layers - model.dense_layers) * (moe.top_k + moe.shared_experts) * moe.expert_intermediate \
-        if moe else 0
-    return 2.0 * 3 * model.hidden * (dense + routed)
+    """2 FLOPs per FFN weight a token meets: the dense FFN layers' weights, and in each MoE layer those of the
+    top-k routed and the shared experts (3 matrices of hidden × expert intermediate each)."""
+    weights = model.dense_layers * model.dense_ffn_parameters()
+    if model.moe:
+        expert = 3 * model.hidden * model.moe.expert_intermediate
+        weights += model.moe_layers * (model.moe.top_k + model.moe.shared_experts) * expert
+    return 2.0 * weights
 
 
 def study_model(study_dir: Path) -> str | None:

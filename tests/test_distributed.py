@@ -24,7 +24,7 @@ from deepstack.models.collectives import collective_time
 from deepstack.models.compute.gemm_tuner import tune_gemm, tune_gemm_overlapped
 from deepstack.models.compute.operators import Gemm
 from deepstack.models.compute.overlap import overlap_time_s
-from deepstack.models.compute.workload import device_share
+from deepstack.models.compute.workload import build_workload, device_share, ffn_share
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
@@ -437,8 +437,6 @@ def test_doubling_every_link_never_lowers_stps(case, factor):
 
 
 def _expert_gate_up(model: str, batch: int, parallel: str, phase: str = "decode"):
-    from deepstack.models.compute.workload import build_workload
-
     schedule = Schedule.parse(parallel)
     scenario = Scenario(model=model, phase=phase, batch=batch)
     layers = build_workload(scenario.model, scenario, schedule.attention, schedule.ffn, schedule.pp)
@@ -481,8 +479,6 @@ def test_fewer_prompts_than_ffn_replicas_split_token_by_token():
     # attention replica holds one prompt (256 tokens per SP rank); the FFN's 64 · 4 = 256 replicas split the
     # 4,096 tokens evenly, 16 each, not one 1,024-token prompt per replica (256 per SP rank) as before. Every op of
     # the FFN, its shared expert and the EP all-to-all see 16 tokens: 16 × 8 picks × 7,168 × 2 B = 1,835,008 B
-    from deepstack.models.compute.workload import build_workload, ffn_share
-
     schedule = Schedule.parse("attn:tp=16,ep=4,sp=4;ffn:ep=64,sp=4")
     sc = Scenario(model="deepseek-v3", phase="prefill", batch=4, input_len=1024, precision="a16w16")
     a, f = schedule.attention, schedule.ffn
