@@ -211,6 +211,23 @@ def test_activations_are_one_chunk_and_the_kv_cache_the_whole_batch(budget, toke
     assert fp.weights_B == 2_471_628_800
 
 
+def test_a_per_module_ffn_holds_its_token_share_of_the_step():
+    # Qwen3-30B-A3B prefill (hidden 2,048, 128 experts of 768, top-8, no shared expert), 4 prompts of 1,024 on
+    # attn:tp=4,dp=4;ffn:ep=16: four engines of one prompt each, one step of 4 · 1,024 = 4,096 tokens, which
+    # cross the module boundary token by token as the timing splits them: 4,096 / 16 = 256 per FFN device (a
+    # whole 1,024-token prompt per FFN replica before). Per token live: residual 2,048; the MoE block 2,048 +
+    # 8 · (2 · 2,048 + 2 · 768) + 128 router logits = 47,232 elements (> attention 1,024 · (2,048 + 2 · 8 · 128
+    # + 2 · 1 · 128 + 2,048) = 6,553,600 over its 1,024 tokens; logits 37,984):
+    # (1,024 · 2,048 + 256 · 47,232) × 2 buffers × 2 B = (2,097,152 + 12,091,392) · 4 = 56,754,176 B
+    scenario = _scenario(batch=4, model="qwen3-30b-a3b")
+    fp = memory_footprint(scenario, Schedule.parse("attn:tp=4,dp=4;ffn:ep=16"))
+    assert fp.activations_B == (1024 * 2048 + 256 * 47_232) * 2 * 2 == 56_754_176
+    # a flat schedule keeps whole requests on both modules: its FFN holds the engine's 1,024-token prompt (the
+    # experts on TP 4: 2,048 + 8 · (4,096 + 2 · 192) + 128 = 38,016 elements per token)
+    flat = memory_footprint(scenario, Schedule.parse("tp=4,dp=4"))
+    assert flat.activations_B == (1024 * 2048 + 1024 * 38_016) * 2 * 2 == 164_102_144
+
+
 def test_memory_per_device_falls_with_the_budget():
     # DeepSeek-V3 b1024 on tp4/ep64 (the schedule of the issue): weights and KV stay, activations shrink
     scenario = _scenario(batch=1024, model="deepseek-v3")

@@ -37,6 +37,7 @@ from deepstack.models.compute.operators import (
     Vector,
 )
 from deepstack.models.hashing import cached_hash, state_without_hash
+from deepstack.models.parallel.chunks import boundary_tokens
 from deepstack.models.parallel.strategies import pipeline_stage_layers
 from deepstack.schema import LLM, Scenario
 from deepstack.schema.schedule import ModuleParallel, dense_on_attention
@@ -112,8 +113,8 @@ def ffn_share(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: Mo
     share = device_share(model, scenario, ffn, pp, stage, context_len)
     if ffn == attention or scenario.phase == "decode":
         return share
-    tokens = ceil_div(scenario.batch * scenario.input_len, ffn.replicas * ffn.sp * ffn.cp)
-    return replace(share, tokens=max(tokens, 1))
+    tokens = boundary_tokens(scenario.batch * scenario.input_len, ffn.replicas * ffn.sp * ffn.cp)
+    return replace(share, tokens=tokens)
 
 
 def decode_context(scenario: Scenario) -> int:
@@ -371,13 +372,10 @@ def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ff
     # the FFN's tokens per device follow its own layout: a per-module schedule whose FFN has more (fewer)
     # replicas than its attention splits (gathers) the tokens at the module boundary, as its collectives do
     ffn_tokens = ffn_share(model, scenario, attention, ffn, pp, stage, context_len).tokens
-    # an EP group routes the distinct tokens its devices hold, not each device's share rounded up: the stage's
-    # tokens (attention's per-device share before its SP/CP split, times its replicas) over the FFN's non-EP
-    # replicas; in decode only real requests' tokens: replicas beyond a step's requests hold padding
-    # (docs/model.md §13). (A prefill micro-batch of prompt slices counts one slice per replica, not the step's
-    # requests: no cap there.)
-    stage_tokens = share.tokens * attention.sp * attention.cp * attention.replicas
-    group_tokens = min(ffn_tokens * ffn.ep, ceil_div(stage_tokens, ffn.dp * ffn.sp * ffn.cp))
+    # an EP group routes the distinct tokens its devices hold: its EP devices' FFN shares; in decode only real
+    # requests' tokens, replicas beyond a step's requests holding padding (docs/model.md §13). (A prefill
+    # micro-batch of prompt slices counts one slice per replica, not the step's requests: no cap there.)
+    group_tokens = ffn_tokens * ffn.ep
     if phase == "decode":
         group_tokens = min(group_tokens, ceil_div(scenario.batch, ffn.dp * ffn.sp * ffn.cp))
     dense, dense_tokens = (attention, share.tokens) if dense_on_attention(moe_mode) else (ffn, ffn_tokens)

@@ -71,6 +71,13 @@ def prefill_chunks(scenario: Scenario, replicas: int, budget: int | None = None)
     return PrefillChunks(replicas, requests * slices, 1, tokens, math.ceil(tokens * (slices + 1) / 2))
 
 
+def boundary_tokens(step_tokens: int, devices: int) -> int:
+    """Prompt tokens one FFN device takes of a prefill step under a per-module schedule: tokens cross the module
+    boundary one by one, not request by request, so the step's ``step_tokens`` split evenly over the FFN's
+    ``devices`` (DP·EP·SP·CP), even when there are fewer prompts than FFN replicas. At least one."""
+    return max(1, math.ceil(step_tokens / devices))
+
+
 def choose_budget(scenario: Scenario, capacity_B: float | None, fits: Callable[[int], bool]) -> int:
     """The prefill budget of ``scenario``: its own ``prefill_chunk_tokens`` when it sets one; without a DRAM
     capacity vLLM's default; otherwise what an operator does when vLLM will not start for want of memory, the

@@ -20,7 +20,13 @@ from typing import NamedTuple
 
 from deepstack.errors import UserInputError
 from deepstack.models import assumptions, memo
-from deepstack.models.parallel.chunks import MIN_PREFILL_CHUNK_TOKENS, PrefillChunks, choose_budget, prefill_chunks
+from deepstack.models.parallel.chunks import (
+    MIN_PREFILL_CHUNK_TOKENS,
+    PrefillChunks,
+    boundary_tokens,
+    choose_budget,
+    prefill_chunks,
+)
 from deepstack.models.parallel.strategies import (
     PRUNING_RULES,
     Strategy,
@@ -164,6 +170,17 @@ def _tokens(scenario: Scenario, module: _Module, chunk: PrefillChunks | None, mi
     return _chunk_requests(scenario, module, chunk) * math.ceil(chunk.tokens / (module.sp * module.cp))
 
 
+def _ffn_tokens(scenario: Scenario, layout: _Layout, chunk: PrefillChunks | None) -> int:
+    """Tokens one FFN device processes at once. A per-module FFN in prefill takes its share of the step's prompt
+    tokens (the chunk's requests on every engine), split token by token as the timing splits them
+    (:func:`~deepstack.models.parallel.chunks.boundary_tokens`); otherwise as attention counts them."""
+    ffn = layout.ffn
+    if chunk is None or ffn == layout.attention:
+        return _tokens(scenario, ffn, chunk, layout.microbatches)
+    step_tokens = min(scenario.batch, chunk.replicas * chunk.requests) * chunk.tokens
+    return boundary_tokens(step_tokens, ffn.dp * ffn.ep * ffn.sp * ffn.cp)
+
+
 def _representative_stages(sizes: tuple[int, ...], starts: tuple[int, ...], dense_layers: int) -> tuple[int, ...]:
     """Stage indices, ascending, that cover every distinct stage composition (so ties go to the earliest).
 
@@ -215,7 +232,8 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
         * (kv_elements_per_token(model, att.tp) * precision.kv_bytes + model.attention.indexer_cache_bytes_per_token())
     )
     chunk = None if budget is None else prefill_chunks(scenario, att.dp * att.ep, budget)
-    t_att, t_ffn = (_tokens(scenario, module, chunk, layout.microbatches) for module in (att, ffn))
+    t_att = _tokens(scenario, att, chunk, layout.microbatches)
+    t_ffn = _ffn_tokens(scenario, layout, chunk)
     residual = t_att * hidden
     attention_peak = t_att * (hidden + _attention_activation_width(model, att.tp))
     dense_peak = t_ffn * (hidden + 2 * math.ceil((model.dense_intermediate or 0) / ffn.tp))  # SwiGLU gate + up
