@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 
 from deepstack import catalog
 from deepstack.models.compute.operators import Attention, Choice, Gemm
-from deepstack.models.compute.workload import build_workload
+from deepstack.models.compute.workload import build_workload, ffn_share
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
+from deepstack.models.parallel import memory as memory_module
 from deepstack.models.parallel.chunks import (
     AUTO_PREFILL_BUDGETS,
     DEFAULT_PREFILL_CHUNK_TOKENS,
@@ -226,6 +227,27 @@ def test_a_per_module_ffn_holds_its_token_share_of_the_step():
     # experts on TP 4: 2,048 + 8 · (4,096 + 2 · 192) + 128 = 38,016 elements per token)
     flat = memory_footprint(scenario, Schedule.parse("tp=4,dp=4"))
     assert flat.activations_B == (1024 * 2048 + 1024 * 38_016) * 2 * 2 == 164_102_144
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 48), input_len=st.sampled_from([256, 1000, 1024, 3000]),
+       budget=st.sampled_from([512, 2048, 8192]),
+       parallel=st.sampled_from(["attn:tp=4,dp=4;ffn:ep=16", "attn:dp=16;ffn:ep=16", "attn:tp=2,dp=8;ffn:tp=2,ep=8",
+                                 "attn:cp=4,dp=4;ffn:ep=16", "attn:sp=2,dp=8;ffn:ep=8,dp=2"]))
+def test_the_memory_check_holds_every_ffn_token_the_timing_runs(batch, input_len, budget, parallel):
+    # One law for the module boundary: the FFN tokens the memory check counts for one step are at least those
+    # of every microbatch the timing runs (the two count the step from the chunk plan and from the microbatch
+    # scenario, which may round differently, never below)
+    scenario = Scenario(model="qwen3-30b-a3b", phase="prefill", batch=batch, input_len=input_len,
+                        prefill_chunk_tokens=budget)
+    schedule = Schedule.parse(parallel)
+    layout = memory_module._layout(schedule, "prefill")
+    chunk = prefill_chunks(scenario, schedule.attention.replicas, budget)
+    counted = memory_module._ffn_tokens(scenario, layout, chunk)
+    stages, _, micros, context = _phase_shape(scenario, schedule)
+    timed = max(ffn_share(m.model, m, schedule.attention, schedule.ffn, schedule.pp, stage, context).tokens
+                for m in micros for stage in stages)
+    assert counted >= timed
 
 
 def test_memory_per_device_falls_with_the_budget():
