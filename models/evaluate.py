@@ -26,7 +26,7 @@ from deepstack.models.gpu.prefill import SteadyCycle, Wave, prefill_wave, steady
 from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
 from deepstack.models.parallel.prefill_budget import budgeted
-from deepstack.models.pipeline import run_phase, serialised, settled
+from deepstack.models.pipeline import run_phase, serialised
 from deepstack.models.reporting import GiB, hardware_summary, scenario_summary, schedule_summary
 from deepstack.models.results import Metrics, Report
 from deepstack.schema import Schedule
@@ -86,9 +86,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         running = admitted_batch(scenario, point.schedule, usable)
         if 0 < running < asked_batch:
             scenario = scenario.model_copy(update={"batch": running})
-    # the prefill budget settled for this schedule (of a decode: its TTFT's prefill, settled only when timed)
-    scenario = (settled(point, timed_on, scenario) if scenario.phase == "prefill" or with_ttft
-                else budgeted(scenario, point.schedule, timed_on))
+    scenario = budgeted(scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
     coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
@@ -179,7 +177,7 @@ def _on_device(point: DesignPoint, dev, scenario, overlap: bool):
     Otherwise the phase as timed, serialised without overlap."""
     if point.chip.gpu is None:
         phase = run_phase(point, dev, scenario)
-        return phase if overlap else serialised(phase, point, dev, scenario)
+        return phase if overlap else serialised(phase, point.schedule, dev, scenario)
     if scenario.phase == "prefill":
         return prefill_wave(point, dev, scenario, lambda step: _gpu_step(point, dev, step))
     if scenario.steady_state:
@@ -190,4 +188,4 @@ def _on_device(point: DesignPoint, dev, scenario, overlap: bool):
 def _gpu_step(point: DesignPoint, dev, scenario):
     """One step of ``scenario`` on a real GPU: serialised, with the GPU's execution terms."""
     phase = run_phase(point, dev, scenario)
-    return gpu_phase(serialised(phase, point, dev, scenario), point, dev, scenario)
+    return gpu_phase(serialised(phase, point.schedule, dev, scenario), point, dev, scenario)

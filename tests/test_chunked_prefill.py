@@ -20,7 +20,6 @@ from deepstack.models.compute.operators import Attention, Choice, Gemm
 from deepstack.models.compute.workload import build_workload, ffn_share
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
-from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.parallel import memory as memory_module
 from deepstack.models.parallel.chunks import (
     AUTO_PREFILL_BUDGETS,
@@ -32,7 +31,7 @@ from deepstack.models.parallel.chunks import (
 from deepstack.models.parallel.memory import feasible_strategies, fits, memory_footprint
 from deepstack.models.parallel.prefill_budget import prefill_budget
 from deepstack.models.parallel.strategies import Strategy
-from deepstack.models.pipeline.phase import _phase_shape, budget_options
+from deepstack.models.pipeline.phase import _phase_shape
 from deepstack.models.pipeline.stages import chunk_workload
 from deepstack.schema import Scenario, Schedule
 
@@ -367,59 +366,6 @@ def test_chunks_stream_through_the_pipeline(budget, chunks):
                                   schedule=Schedule.parse("tp=2,pp=2,dp=64")))
     assert report.schedule.microbatches == chunks
     assert report.metrics.ttft_s == pytest.approx((chunks + 2 - 1) * report.breakdown.stage_time_s, rel=1e-12)
-
-
-def _pipelined(budget: int | None, phase: str = "prefill", parallel: str = "tp=2,pp=2,dp=64", chip=STANDARD):
-    # 64 prompts on TMS1's 256 devices: each of the 64 data replicas holds one
-    return DesignPoint(chip=chip, network=TMS1, scenario=_scenario(budget, batch=64, phase=phase),
-                       schedule=Schedule.parse(parallel))
-
-
-def test_a_pipeline_runs_the_fastest_budget_that_fills_it():
-    # one 1,024-token prompt per replica on pp=2 (8,192 fits): whole, it is one chunk and one stage idles half the
-    # prefill. The halvings below cut it into 2, 4, 8 slices (512, 256, 128; 4,096–1,024 keep it whole, the same chunk
-    # plan); 64 would cut 16 > 4·PP = 8. The automatic budget is the fastest of 8,192, 512, 256 and 128, and the
-    # report is that budget's, given.
-    auto = _pipelined(None)
-    dev = timing_device(resolve_device(STANDARD, network=TMS1))
-    assert [o.prefill_chunk_tokens for o in budget_options(auto, dev, auto.scenario)] == [8192, 512, 256, 128]
-    given = {b: evaluate(_pipelined(b)) for b in (8192, 512, 256, 128)}
-    fastest = min(given, key=lambda b: given[b].metrics.ttft_s)
-    report = evaluate(auto)
-    assert report.scenario["prefill_chunk_tokens"] == fastest != 8192
-    assert report.metrics == given[fastest].metrics
-    assert report.metrics.stps > given[8192].metrics.stps
-    # a decode's TTFT times the same prefill
-    decode = evaluate(_pipelined(None, phase="decode"))
-    assert decode.scenario["prefill_chunk_tokens"] == fastest
-    assert decode.metrics.ttft_s == evaluate(_pipelined(fastest, phase="decode")).metrics.ttft_s
-
-
-@settings(max_examples=12, deadline=None)
-@given(batch=st.sampled_from([64, 128, 256, 512]), input_len=st.sampled_from([512, 1024, 3000]),
-       parallel=st.sampled_from(["tp=2,pp=2,dp=64", "pp=4,dp=64", "tp=4,pp=2,dp=32"]))
-def test_the_automatic_budget_is_never_slower_than_the_largest_that_fits(batch, input_len, parallel):
-    # the choice only adds options: the automatic budget's prefill is as fast as the largest budget that fits,
-    # and as fast as every option it was chosen among, each given explicitly (chosen at the nominal clock; these
-    # single-billion-parameter prefills run there, under the TDP)
-    point = DesignPoint(chip=STANDARD, network=TMS1, schedule=Schedule.parse(parallel),
-                        scenario=_scenario(batch=batch, input_len=input_len))
-    dev = timing_device(resolve_device(STANDARD, network=TMS1))
-    given_ttft = [evaluate(DesignPoint(chip=STANDARD, network=TMS1, schedule=point.schedule,
-                                       scenario=option)).metrics.ttft_s
-                  for option in budget_options(point, dev, point.scenario)]
-    assert evaluate(point).metrics.ttft_s == min(given_ttft) <= given_ttft[0]
-
-
-def test_without_a_pipeline_or_on_a_gpu_the_budget_is_the_largest_that_fits():
-    dev = timing_device(resolve_device(STANDARD, network=TMS1))
-    flat = _pipelined(None, parallel="tp=4,dp=64")
-    assert [o.prefill_chunk_tokens for o in budget_options(flat, dev, flat.scenario)] == [8192]
-    assert evaluate(flat).scenario["prefill_chunk_tokens"] == 8192
-    h100 = catalog.load("systems", "dgx-h100").architecture  # vLLM's budget as its operator sets it
-    gpu = _pipelined(None, chip=h100)
-    gpu_dev = timing_device(resolve_device(h100, network=TMS1))
-    assert [o.prefill_chunk_tokens for o in budget_options(gpu, gpu_dev, gpu.scenario)] == [8192]
 
 
 def test_decode_steps_are_not_chunked_but_their_ttft_is():

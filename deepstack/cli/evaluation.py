@@ -122,9 +122,7 @@ def _prefill_line(result: dict, given: int | None) -> None:
     sc = result["scenario"]
     if sc["prefill_chunk_tokens"] is None:
         return
-    how = "--prefill-chunk-tokens" if given is not None else (
-        "auto: vLLM's 8,192 halved until the schedule fits; with PP, the fastest halving that cuts the prefill "
-        "into at most 4·PP chunks")
+    how = "--prefill-chunk-tokens" if given is not None else "auto: vLLM's 8,192 halved until the schedule fits"
     what = "prefill" if sc["phase"] == "prefill" else "prefill for TTFT"
     report.console.print(f"{what}: {sc['prefill_chunk_tokens']:,} tokens per step of each data replica ({how})",
                          markup=False, highlight=False)

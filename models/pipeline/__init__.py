@@ -8,8 +8,7 @@
   batched GEMM tuning, the phase memo, and the phase without overlap.
 """
 
-from deepstack.models.pipeline.phase import prepare_phases, run_phase, serialised, settled
+from deepstack.models.pipeline.phase import prepare_phases, run_phase, serialised
 from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult, Row
 
-__all__ = ["CommRow", "OpRow", "OverlapRow", "PhaseResult", "Row", "prepare_phases", "run_phase", "serialised",
-           "settled"]
+__all__ = ["CommRow", "OpRow", "OverlapRow", "PhaseResult", "Row", "prepare_phases", "run_phase", "serialised"]

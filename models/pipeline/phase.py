@@ -20,7 +20,7 @@ from deepstack.models.design import DesignPoint
 from deepstack.models.hardware.device import DeviceSpec, resolve_device, timing_device
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.parallel import communication
-from deepstack.models.parallel.chunks import AUTO_PREFILL_BUDGETS, PrefillChunks, prefill_chunks
+from deepstack.models.parallel.chunks import PrefillChunks, prefill_chunks
 from deepstack.models.parallel.memory import representative_stages
 from deepstack.models.parallel.prefill_budget import budgeted
 from deepstack.models.pipeline.rows import CommRow, OpRow, OverlapRow, PhaseResult
@@ -40,65 +40,16 @@ def run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseR
 
     The memo key is the design point itself (a frozen dataclass: its hash and equality cover every field,
     including fields a subclass adds) and the scenario timed, which may be a prefill of a decode point. A
-    scenario without a prefill budget is timed with the one the schedule gets on this device (:func:`settled`).
+    scenario without a prefill budget is timed with the one the schedule gets on this device's DRAM
+    (:func:`~deepstack.models.parallel.prefill_budget.prefill_budget`).
     """
-    scenario = settled(point, dev, scenario) if scenario.phase == "prefill" else budgeted(scenario, point.schedule,
-                                                                                          dev)
+    scenario = budgeted(scenario, point.schedule, dev)
     key = HashedTuple((point, scenario))  # hashed once for the table's lookups
     found = _PHASES.lookup(key)
     if found is None:
         found = _run_phase(point, dev, scenario)
         _PHASES.put(key, found)
     return found
-
-
-def settled(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Scenario:
-    """``scenario`` with the prefill token budget ``point``'s schedule runs it with on ``dev`` (of a decode
-    scenario: that of the prefill its TTFT times).
-
-    The scenario's own budget when it sets one. Otherwise the largest automatic one that fits the DRAM
-    (:func:`~deepstack.models.parallel.prefill_budget.prefill_budget`), except on an accelerator's pipeline
-    (PP > 1; a GPU runs vLLM's budget as its operator sets it): there a prefill cut into fewer chunks than the
-    pipeline has stages leaves stages idle, so the smaller automatic budgets that cut it into more chunks, up to
-    4·PP as the microbatch counts go (:func:`microbatch_options`), are timed too and the fastest is kept (the
-    largest of equals), as an architect tuning the engine's budget for the pipeline would (docs/model.md §11).
-    """
-    if scenario.prefill_chunk_tokens is not None:
-        return scenario
-    return _fastest_budget(point, dev, scenario)
-
-
-@memo.cached(maxsize=PHASE_MEMO_SIZE)
-def _fastest_budget(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Scenario:
-    options = budget_options(point, dev, scenario)
-    if len(options) == 1:
-        return options[0]
-    times = [run_phase(point, dev, option.model_copy(update={"phase": "prefill"})).time_at(1.0)
-             for option in options]
-    return options[times.index(min(times))]
-
-
-@memo.cached(maxsize=PHASE_MEMO_SIZE)
-def budget_options(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> tuple[Scenario, ...]:
-    """The prefill budgets :func:`settled` chooses among, largest first, each as ``scenario`` with it set: the
-    largest automatic budget that fits, then, on an accelerator's pipeline, each halving below it that cuts the
-    prefill into more chunks than the budget before, while there are at most 4·PP."""
-    s = point.schedule
-    fitted = budgeted(scenario, s, dev)
-    if scenario.prefill_chunk_tokens is not None or s.pp == 1 or point.chip.gpu is not None:
-        return (fitted,)
-    prefill = scenario.model_copy(update={"phase": "prefill"})
-    options, last = [fitted], prefill_chunks(prefill, s.attention.replicas, fitted.prefill_chunk_tokens)
-    for budget in AUTO_PREFILL_BUDGETS:
-        if budget >= fitted.prefill_chunk_tokens:
-            continue
-        chunks = prefill_chunks(prefill, s.attention.replicas, budget)
-        if chunks.count > 4 * s.pp:
-            break
-        if chunks != last:
-            options.append(scenario.model_copy(update={"prefill_chunk_tokens": budget}))
-            last = chunks
-    return tuple(options)
 
 
 def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
@@ -127,14 +78,12 @@ def _run_phase(point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> Phase
     return best
 
 
-def serialised(phase: PhaseResult, point: DesignPoint, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
+def serialised(phase: PhaseResult, schedule: Schedule, dev: DeviceSpec, scenario: Scenario) -> PhaseResult:
     """``phase`` without compute–communication overlap: every overlapped row becomes its GEMM alone (re-tuned
     for its fastest stand-alone tiling) followed by the collective's full time, and every FSDP gather that was
-    prefetched behind the layer is charged in full. The microbatch count, bottleneck stage and prefill budget
-    stay the overlapped phase's."""
-    schedule = point.schedule
-    timed = settled(point, dev, scenario) if scenario.phase == "prefill" else budgeted(scenario, schedule, dev)
-    _, options, micros, context = _phase_shape(timed, schedule)
+    prefetched behind the layer is charged in full. The microbatch count and bottleneck stage stay the
+    overlapped phase's."""
+    _, options, micros, context = _phase_shape(budgeted(scenario, schedule, dev), schedule)
     micro = micros[options.index(phase.microbatches)]
     gemms = {(layer.kind, op.name): op
              for layer in chunk_workload(micro, schedule.attention, schedule.ffn, schedule.pp, phase.stage, context,
@@ -217,12 +166,9 @@ def prepare_phases(points) -> None:
         dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
                                            point.sram, point.noc_bw_scale))
         s = point.schedule
-        options = (budget_options(point, dev, point.scenario) if point.scenario.phase == "prefill"
-                   else (budgeted(point.scenario, s, dev),))
-        for scenario in options:  # every budget the prefill may be timed at
-            stages, _, micros, context = _phase_shape(scenario, s)
-            gemms = _phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context, s.moe_mode)
-            batches.setdefault(dev, {})[gemms] = None
+        stages, _, micros, context = _phase_shape(budgeted(point.scenario, s, dev), s)
+        gemms = _phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context, s.moe_mode)
+        batches.setdefault(dev, {})[gemms] = None
     for dev, phases in batches.items():
         _tune(phases, dev)
 
