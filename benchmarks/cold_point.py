@@ -65,6 +65,17 @@ def _install() -> None:
                     setattr(module, key, wrapped)
 
 
+def _cold_times(point, runs: int) -> list[float]:
+    """Wall times (s) of ``runs`` evaluations of ``point``, every memo emptied before each."""
+    times = []
+    for _ in range(runs):
+        clear_caches()
+        start = time.perf_counter()
+        evaluate(point, with_ttft=False)
+        times.append(time.perf_counter() - start)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
@@ -73,19 +84,9 @@ def main() -> None:
     import deepstack.models.compute.attention  # noqa: F401
     point = design_point()
     evaluate(point, with_ttft=False)
-    bare = []
-    for _ in range(args.runs):
-        clear_caches()
-        start = time.perf_counter()
-        evaluate(point, with_ttft=False)
-        bare.append(time.perf_counter() - start)
+    bare = _cold_times(point, args.runs)
     _install()
-    wrapped = []
-    for _ in range(args.runs):
-        clear_caches()
-        start = time.perf_counter()
-        evaluate(point, with_ttft=False)
-        wrapped.append(time.perf_counter() - start)
+    wrapped = _cold_times(point, args.runs)
     total = sum(wrapped)
     print(f"cold design point: median {1e3 * statistics.median(bare):.2f} ms unwrapped, "
           f"{1e3 * statistics.median(wrapped):.2f} ms wrapped ({args.runs} runs each); by part, the mean of the "
