@@ -12,6 +12,7 @@ model, route planning); this script does not, so its shares are the ones a speed
 from __future__ import annotations
 
 import argparse
+import importlib
 import statistics
 import sys
 import time
@@ -57,7 +58,7 @@ def _wrap(name: str, function):
 
 def _install() -> None:
     for name, module_name, attribute in PARTS:
-        original = getattr(sys.modules[module_name], attribute)
+        original = getattr(importlib.import_module(module_name), attribute)
         wrapped = _wrap(name, original)
         for module in list(sys.modules.values()):
             for key, value in list(getattr(module, "__dict__", {}).items()):
@@ -80,8 +81,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
     args = parser.parse_args()
-    import deepstack.models.collectives.engine  # load every wrapped module first
-    import deepstack.models.compute.attention  # noqa: F401
     point = design_point()
     evaluate(point, with_ttft=False)
     bare = _cold_times(point, args.runs)
