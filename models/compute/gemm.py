@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from deepstack.models.compute.operators import Gemm
-from deepstack.models.compute.timing import OpTiming, WaveKinds, ceil_div, l2_resident, waves_total_s
+from deepstack.models.compute.timing import OpTiming, WaveKinds, ceil_div, l2_resident, wave_kinds, waves_total_s
 from deepstack.models.compute.waves import WaveTraffic, padded_mma_cycles, run_waves
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec
@@ -97,9 +97,15 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
     row_major = dev.dram.weight_layout == "row_major"
     weight_run_B = row_major_transaction_B(tn, tk, k, split, b_bytes) if row_major else None
     streamed = ~b_res
+    kinds = wave_kinds(waves, tiles, dev.pes)
+    blocks = {id(active): _wave_blocks(active, row_blocks, col_blocks, grouped) for _, active in kinds}
+    windows_s = {} if row_major or not streamed.any() else _windows_s(
+        dev, swizzle, [blocks[id(active)][1][streamed] for _, active in kinds], kinds,
+        (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed],
+        (k_len * tn * b_bytes).astype(np.int64)[streamed])
 
     def traffic(active) -> WaveTraffic:
-        rows, cols = _wave_blocks(active, row_blocks, col_blocks, grouped)
+        rows, cols = blocks[id(active)]
         b_B = np.where(b_res, 0.0, cols * k_len * tn * b_bytes)
         a_B = np.where(a_res, 0.0, rows * real_rows * k_len * a_bytes)
         c_B = np.where(c_res, 0.0, active * real_rows * tn * c_bytes)
@@ -107,17 +113,7 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
         if row_major:  # a tile access is one run per weight row, or one for all its rows
             bank_s = np.where(streamed, dram_model.stream_time_s(dev.dram, b_B, weight_run_B), 0.0)
         elif streamed.any():
-            window = (np.minimum(window_steps, k_steps) * tk * tn * b_bytes).astype(np.int64)[streamed]
-            stride = (k_len * tn * b_bytes).astype(np.int64)[streamed]
-            # many candidates share a window shape: time each distinct one once
-            code = np.zeros(len(window), dtype=np.int64)
-            for column_ in (cols[streamed], stride, window):  # one integer per (cols, stride, window) triple
-                values, rank = np.unique(column_, return_inverse=True)
-                code = code * len(values) + rank.ravel()
-            _, first, which = np.unique(code, return_index=True, return_inverse=True)
-            window_s = dram_model.window_service_times_s(dev.dram, cols[streamed][first], stride[first],
-                                                         window[first], swizzle)[which.ravel()]
-            bank_s[streamed] = window_s * ceil_div(k_steps[streamed], window_steps[streamed])
+            bank_s[streamed] = windows_s[id(active)] * ceil_div(k_steps[streamed], window_steps[streamed])
         bank_s = (bank_s + dram_model.stream_time_s(dev.dram, a_B, a_segment)
                   + dram_model.stream_time_s(dev.dram, c_B, c_segment))
         in_flight = active * window_steps * (np.where(b_res, 0.0, tk * tn * b_bytes)
@@ -125,7 +121,7 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
         return WaveTraffic(a_B + b_B + c_B, in_flight, bank_s, active * l2_tile, np.where(streamed, b_B, 0.0))
 
     epi_s = epi_vector / dev.vector_flops_per_cycle / clock
-    run = run_waves(dev, waves, tiles, compute_s, (compute_s, epi_s), l1_s, traffic)  # GEMM_BOUNDS order
+    run = run_waves(dev, waves, tiles, compute_s, (compute_s, epi_s), l1_s, traffic, kinds)  # GEMM_BOUNDS order
     total, dram_total, weight_total, every = run
     total += np.where(dram_total > 0, dev.dram.access_latency_s, 0.0)
     bounds = np.flatnonzero(np.diff(gi, prepend=-1, append=len(gemms)))
@@ -133,6 +129,25 @@ def time_tilings(gemms: list[Gemm], dev: DeviceSpec, swizzle: bool, grid: dict[s
                     every.part(part), dram_total[part], tiles[part], l2_tile[part], fill[part], read[part],
                     weight_total[part])
             for part in (slice(bounds[index], bounds[index + 1]) for index in range(len(gemms)))]
+
+
+def _windows_s(dev: DeviceSpec, swizzle: bool, cols: list[np.ndarray], kinds, window: np.ndarray,
+               stride: np.ndarray) -> dict[int, np.ndarray]:
+    """The banks' service time of one weight window of every streamed candidate in each wave kind (keyed by the
+    kind's ``active`` array): ``cols[k]`` concurrent column blocks of ``window`` bytes, ``stride`` apart. The
+    candidates of both kinds share most window shapes, so each distinct (blocks, stride, window) is timed once
+    (a window's time does not depend on the others timed beside it)."""
+    every_cols = np.concatenate(cols)
+    every_stride, every_window = np.tile(stride, len(cols)), np.tile(window, len(cols))
+    shape = np.zeros(len(stride), dtype=np.int64)  # one integer per (stride, window) pair, the same in every kind
+    for column in (stride, window):
+        values, rank = np.unique(column, return_inverse=True)
+        shape = shape * len(values) + rank.ravel()
+    code = np.tile(shape, len(cols)) * (int(every_cols.max()) + 1) + every_cols  # and per (cols, stride, window)
+    _, first, which = np.unique(code, return_index=True, return_inverse=True)
+    times = dram_model.window_service_times_s(dev.dram, every_cols[first], every_stride[first], every_window[first],
+                                              swizzle)[which.ravel()]
+    return {id(active): part for (_, active), part in zip(kinds, np.split(times, len(cols)), strict=True)}
 
 
 def _operand_reads(tm, tn, mt: int, nt: int, wgmma: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -51,16 +51,17 @@ class WaveRun(NamedTuple):
     kinds: WaveKinds
 
 
-def run_waves(dev, waves, tiles, compute_s, units_s: tuple, l1_s, traffic: Callable[[np.ndarray], WaveTraffic]
-              ) -> WaveRun:
+def run_waves(dev, waves, tiles, compute_s, units_s: tuple, l1_s, traffic: Callable[[np.ndarray], WaveTraffic],
+              kinds=None) -> WaveRun:
     """Time ``waves`` of ``tiles`` (arrays over candidates) on ``dev``: per wave kind (the full waves and the
-    last one), ``traffic(active tiles)`` gives its bytes; the wave takes max(compute, L1, L2, DRAM) with compute,
-    L1 the same for every wave. A wave's bound is the slowest of ``units_s`` (the compute units, in the
-    operator's order), L1, L2 and DRAM, the first of equals."""
+    last one; ``kinds``, :func:`~deepstack.models.compute.timing.wave_kinds`, when the caller made them),
+    ``traffic(active tiles)`` gives its bytes; the wave takes max(compute, L1, L2, DRAM) with compute, L1 the
+    same for every wave. A wave's bound is the slowest of ``units_s`` (the compute units, in the operator's
+    order), L1, L2 and DRAM, the first of equals."""
     clock = dev.clock_Hz
     rows_n = len(waves)
     total, dram_total, weight_total = np.zeros(rows_n), np.zeros(rows_n), np.zeros(rows_n)
-    kinds = wave_kinds(waves, tiles, dev.pes)
+    kinds = wave_kinds(waves, tiles, dev.pes) if kinds is None else kinds
     clocked_of, dram_of, bound_of = [], [], []
     for count, active in kinds:
         wave = traffic(active)

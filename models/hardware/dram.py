@@ -84,17 +84,24 @@ def _service_times_s(dram: DramSpec, owner: np.ndarray, windows: int, starts: np
     """
     counts = _chunk_counts(starts, lengths, dram.row_B)
     rows, chunk_bytes = _row_chunks(starts, lengths, dram.row_B, counts)
-    banks = rows % dram.banks
     if bank_offsets is not None:
-        banks = (banks + np.repeat(bank_offsets, counts)) % dram.banks
-    cell = np.repeat(owner, counts) * dram.banks + banks
+        rows = rows + np.repeat(bank_offsets, counts)
+    cell = np.repeat(owner, counts) * dram.banks + rows % dram.banks
     size = windows * dram.banks
-    bytes_per_bank = np.bincount(cell, weights=chunk_bytes, minlength=size).reshape(windows, dram.banks)
-    activations = np.bincount(cell, minlength=size).reshape(windows, dram.banks)
+    bytes_per_bank = np.bincount(cell, weights=chunk_bytes, minlength=size)
+    activations = np.bincount(cell, minlength=size)
     ways = dram.interleave_ways
     channel_bw = dram.bank_bw_Bps * ways
-    per_bank = bytes_per_bank / channel_bw + activations * dram.row_overhead_s
-    busy = per_bank.max(axis=1)
+    # the busiest bank of each window, over the banks its accesses touch (an untouched bank's time is 0): a
+    # window touches a few banks of many, and arrays of every window's every bank cost more than the sums
+    touched = np.flatnonzero(activations)
+    per_bank = bytes_per_bank[touched] / channel_bw + activations[touched] * dram.row_overhead_s
+    window_of = touched // dram.banks
+    first = np.flatnonzero(np.diff(window_of, prepend=-1))
+    busy = np.zeros(windows)
+    if len(touched):
+        busy[window_of[first]] = np.maximum.reduceat(per_bank, first)
+    bytes_per_bank = bytes_per_bank.reshape(windows, dram.banks)
     if ways > 1:
         channels = dram.banks // ways
         channel_cell = (np.arange(windows)[:, None] * channels + np.arange(dram.banks) % channels).ravel()
