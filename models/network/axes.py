@@ -122,17 +122,20 @@ def pair_links(structure: Structure, src: np.ndarray, dst: np.ndarray):
     rows: list[list[np.ndarray]] = [[] for _ in structure]
     cols: list[list[np.ndarray]] = [[] for _ in structure]
     for axis, (coordinate, lower, upper, block) in zip(axes(structure), _axis_digits(structure), strict=True):
+        at_src, at_dst = coordinate[src], coordinate[dst]
+        if not axis.exit_stride and np.array_equal(at_src, at_dst):
+            continue  # no flow moves along this axis (a collective's groups often differ in a few axes only)
         table = local_table(axis.kind, axis.size)
         # one gather of rows by the flat (source, destination) position: faster than two index arrays
-        local = table.reshape(axis.size * axis.size, -1)[coordinate[src] * axis.size + coordinate[dst]]
+        local = table.reshape(axis.size * axis.size, -1)[at_src * axis.size + at_dst]
         copy = lower[dst] + upper[src]
         if axis.exit_stride:
             # A flow leaving its group through a shared uplink reaches it through this level's hub (switch): up
             # from the source in its group, down to the destination in the destination's group — even where
             # the two sit at the same position of their groups.
             leaves = block[src] != block[dst]
-            src_l, dst_l = src[leaves], dst[leaves]
-            up, down = axis.kind.via_hub(axis.size, coordinate[src_l], coordinate[dst_l])
+            dst_l = dst[leaves]
+            up, down = axis.kind.via_hub(axis.size, at_src[leaves], at_dst[leaves])
             local[leaves] = -1
             local[leaves, 0] = up
             down_links = axis.offset + (lower[dst_l] + upper[dst_l]) * axis.kind.links(axis.size) + down
