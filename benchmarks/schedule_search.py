@@ -10,8 +10,12 @@ pipelines, docs/model.md §11). Run it on the old and the new commit in turn (th
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from run import _median
 
 from deepstack import catalog
 from deepstack.models import clear_caches
@@ -22,6 +26,13 @@ from deepstack.search.schedules import best_schedule
 
 def _ints(text: str) -> list[int]:
     return [int(part) for part in text.split(",")]
+
+
+def _timed_search(hardware: DesignPoint, runs: int):
+    """The median wall time (s) of ``runs`` cold best-schedule searches of ``hardware``, and what they found."""
+    found = []
+    seconds = _median(lambda: found.append(best_schedule(hardware)), runs, warmup=0, before=clear_caches)
+    return seconds, found[-1]
 
 
 def main() -> None:
@@ -40,14 +51,9 @@ def main() -> None:
         for m in args.m:
             scenario = Scenario(model=args.model, phase=args.phase, batch=batch, assumptions=args.assumptions)
             hardware = DesignPoint(chip=chip, network=noc, scenario=scenario, stacked_layers=m, connected_layers=m)
-            times = []
-            for _ in range(args.runs):
-                clear_caches()
-                start = time.perf_counter()
-                found = best_schedule(hardware)
-                times.append(time.perf_counter() - start)
+            seconds, found = _timed_search(hardware, args.runs)
             best = found.best
-            print(f"{args.phase} b{batch} m=n={m}: {statistics.median(times):.2f} s, {found.evaluated} schedules, "
+            print(f"{args.phase} b{batch} m=n={m}: {seconds:.2f} s, {found.evaluated} schedules, "
                   f"best {best.metrics.stps:,.0f} STPS {best.schedule.text} "
                   f"(prefill budget {best.scenario.prefill_chunk_tokens})", flush=True)
 
