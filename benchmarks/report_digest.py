@@ -1,6 +1,7 @@
 """One digest of many full reports, to check that a speed change leaves every number as it was.
 
     python benchmarks/report_digest.py        # run on two commits (e.g. two worktrees): the digests must match
+    python benchmarks/report_digest.py --assumptions paper   # the same points under the paper assumption set
 
 96 design points: four chips (two 3D templates, H200*, Large Matrix) × decode b1024, decode b4 and prefill b16 of
 DeepSeek-V3 × four schedules (flat, TP+EP, per-module, deep PP) × the chip's own stack and m = n = 7, all on TMS1,
@@ -10,6 +11,7 @@ message. Memoisation is on, as in a search, so a memo that changed a number woul
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 
@@ -25,6 +27,9 @@ STACKS = (None, 7)  # the chip's own; m = n = 7 (3D chips only)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--assumptions", default="default", help="the assumption set of every scenario")
+    args = parser.parse_args()
     digest = hashlib.sha256()
     reports = errors = 0
     noc = catalog.load("nocs", "tms1")
@@ -36,7 +41,8 @@ def main() -> None:
                     stack = {} if m is None or chip.device.dram.technology == "hbm" else {
                         "stacked_layers": m, "connected_layers": m}
                     point = DesignPoint(chip=chip, network=noc, schedule=Schedule.parse(parallel),
-                                        scenario=Scenario(model="deepseek-v3", phase=phase, batch=batch), **stack)
+                                        scenario=Scenario(model="deepseek-v3", phase=phase, batch=batch,
+                                                                      assumptions=args.assumptions), **stack)
                     try:
                         text = json.dumps(evaluate(point).as_dict(), sort_keys=True, default=str)
                     except Exception as error:  # an error's message is part of the behaviour

@@ -34,6 +34,23 @@ def decode_kv_lengths(scenario: Scenario) -> tuple[int, ...]:
     return tuple(scenario.input_len + round(j * scenario.output_len / last) for j in range(PAPER_DECODE_POINTS))
 
 
+def averaged_steps(scenario: Scenario) -> tuple[Scenario, ...] | None:
+    """The decode steps (one per cached length) a paper-set decode point is the mean of, or None where a point
+    is timed as it is (the default set, prefill, or a step at a length of its own)."""
+    if not (uses(scenario, "kv_average") and scenario.phase == "decode" and scenario.decode_kv_len is None):
+        return None
+    return tuple(scenario.model_copy(update={"decode_kv_len": kv}) for kv in decode_kv_lengths(scenario))
+
+
+@memo.cached(maxsize=16384)
+def without_kv_length(scenario: Scenario) -> Scenario:
+    """``scenario`` without the cached length its decode step is timed at (``decode_kv_len``), one object per
+    input so that memo tables keyed on it hit by identity: what laws that never read that length (the memory
+    check, which counts the cache at the end of generation; the collectives) key on, so that the steps of
+    :func:`averaged_steps` share them."""
+    return scenario if scenario.decode_kv_len is None else scenario.model_copy(update={"decode_kv_len": None})
+
+
 def chip_under(scenario: Scenario, chip: ChipArchitecture) -> ChipArchitecture:
     """``chip`` as the scenario's assumption set sees it: under the paper set its weights lie in the framework's
     row-major layout, so a GEMM tile access is a transaction of tile-K contiguous elements per weight row (paper

@@ -39,12 +39,11 @@ def evaluate(point: DesignPoint, with_ttft: bool = True, breakdown: bool = True,
     over the artifact's four cached lengths (docs/model.md §17): STPS, UTPS and power averaged, tokens/J their
     ratio, the hottest temperature and slowest clock kept, feasible only if every length is, and the breakdown
     of the longest."""
-    sc = point.scenario
-    if not (assumptions.uses(sc, "kv_average") and sc.phase == "decode" and sc.decode_kv_len is None):
+    steps = assumptions.averaged_steps(point.scenario)
+    if steps is None:
         return _evaluate(point, with_ttft, breakdown, overlap)
-    reports = [_evaluate(dataclasses.replace(point, scenario=sc.model_copy(update={"decode_kv_len": kv})),
-                         with_ttft, breakdown, overlap) for kv in assumptions.decode_kv_lengths(sc)]
-    return _mean_report(reports)
+    return _mean_report([_evaluate(dataclasses.replace(point, scenario=step), with_ttft, breakdown, overlap)
+                         for step in steps])
 
 
 def _mean_report(reports: list[Report]) -> Report:

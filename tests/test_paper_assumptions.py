@@ -105,6 +105,44 @@ def test_paper_decode_is_the_mean_over_four_kv_lengths():
     assert mean.metrics.temperature_c == max(m.temperature_c for m in each)
 
 
+@pytest.mark.parametrize("model, parallel", [
+    ("deepseek-v3", "attn:tp=4,ep=32;ffn:ep=128;pp=2,moe_mode=replace_only"),
+    ("deepseek-v3", "attn:tp=8,cp=4,dp=8;ffn:ep=256"),
+    ("llama-3.3-70b", "tp=8,sp=2,dp=16"),
+    ("llama-3.3-70b", "tp=8,dp=32,fsdp"),
+])
+def test_the_four_cached_lengths_share_what_never_reads_them(model, parallel):
+    # a paper-set decode point's four steps share their memory check, prefill budget and collectives, keyed on the
+    # scenario without its length (assumptions.without_kv_length): those laws must give the same at every length,
+    # while attention itself must not (else the four steps would be one)
+    from deepstack.models.compute.workload import build_workload, device_share, ffn_share
+    from deepstack.models.parallel import communication
+    from deepstack.models.parallel.memory import _footprint, _layout
+    from deepstack.models.parallel.prefill_budget import prefill_budget
+
+    schedule = Schedule.parse(parallel)
+    sc = Scenario(model=model, phase="decode", batch=1024, assumptions="paper")
+    steps = assumptions.averaged_steps(sc)
+    assert [step.decode_kv_len for step in steps] == [1024, 1365, 1707, 2048]
+    assert all(assumptions.without_kv_length(step) == sc for step in steps)
+    m, a, f = sc.model, schedule.attention, schedule.ffn
+
+    def laws(scenario):
+        share_a, share_f = device_share(m, scenario, a, schedule.pp), ffn_share(m, scenario, a, f, schedule.pp)
+        comms = [communication.attention_comms(m, scenario, schedule, share_a),
+                 communication.stage_comms(m, scenario, schedule, share_a)]
+        kinds = (False, True) if m.moe else (False,)
+        comms += [communication.ffn_comms(m, scenario, schedule, share_a, share_f, moe)
+                  + communication.fsdp_comms(m, scenario, schedule, moe) for moe in kinds]
+        return (_footprint(scenario, _layout(schedule, "decode"), None),
+                prefill_budget(scenario, schedule, 8 * 2**30), comms)
+
+    assert all(laws(step) == laws(sc) for step in steps)
+    attention = {step.decode_kv_len: build_workload(m, step, a, f, schedule.pp, 0, None, schedule.moe_mode)
+                 for step in steps}
+    assert len(set(attention.values())) == 4
+
+
 def test_paper_judges_the_junction_at_35_c_with_the_clock_of_the_anchor():
     # the clock of the paper's DVFS rule is anchored at its fit, not at the coolant: the same as the default's;
     # the junction sits at 35 °C + R(4)·P = 35 + (0.56 + 0.04)·P

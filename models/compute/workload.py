@@ -351,7 +351,7 @@ def _layer(kind: str, layers: int, ops: tuple) -> LayerOps:
     return _interned(LayerOps(kind, layers, ops))
 
 
-@memo.cached(maxsize=4096)
+@memo.cached(maxsize=16384)
 def build_workload(model: LLM, scenario: Scenario, attention: ModuleParallel, ffn: ModuleParallel, pp: int,
                    stage: int = 0, context_len: int | None = None, moe_mode: str = "none") -> tuple[LayerOps, ...]:
     """Operators of one forward pass on one device of pipeline stage ``stage``; ``context_len``: the keys each

@@ -322,8 +322,9 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
     """
     layout = _layout(plan, scenario.phase)
     if scenario.phase == "decode":
-        return _footprint(scenario, layout, None)
+        return _footprint(assumptions.without_kv_length(scenario), layout, None)  # counted at the end of generation
     return _footprint(scenario, layout, budget_for(scenario, layout, capacity_B, reserve))
+
 
 
 def budget_for(scenario: Scenario, layout: _Layout, capacity_B: float | None, reserve: float) -> int:

@@ -7,7 +7,7 @@ KV cache and one chunk's activations fit in DRAM (:data:`~deepstack.models.paral
 
 from __future__ import annotations
 
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.models.parallel.memory import _SCENARIO_CACHE, MEMORY_RESERVE, _layout, budget_for
 from deepstack.models.parallel.strategies import Strategy
 from deepstack.schema.scenario import Scenario
@@ -35,7 +35,8 @@ def with_prefill_budget(scenario: Scenario, plan: Strategy | Schedule, capacity_
     object per input, so the memo tables keyed on scenarios hit by identity)."""
     if scenario.prefill_chunk_tokens is not None:
         return scenario
-    return scenario.model_copy(update={"prefill_chunk_tokens": prefill_budget(scenario, plan, capacity_B, reserve)})
+    budget = prefill_budget(assumptions.without_kv_length(scenario), plan, capacity_B, reserve)
+    return scenario.model_copy(update={"prefill_chunk_tokens": budget})
 
 
 def budgeted(scenario: Scenario, schedule: Schedule, dev) -> Scenario:

@@ -125,7 +125,7 @@ def microbatch_options(scenario: Scenario, schedule: Schedule) -> list[int]:
     return sorted({max(m, fewest) for m in options})
 
 
-@memo.cached(maxsize=4096)
+@memo.cached(maxsize=16384)
 def _microbatch_scenario(scenario: Scenario, microbatches: int, tokens: int, sliced_on: int = 0) -> Scenario:
     """The scenario of one microbatch of ``tokens`` prompt tokens per request (one shared object per input, so
     memo lookups hit by identity). A microbatch holds the batch's share of its requests; with prompts cut into
@@ -166,9 +166,10 @@ def prepare_phases(points) -> None:
         dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
                                            point.sram, point.noc_bw_scale))
         s = point.schedule
-        stages, _, micros, context = _phase_shape(budgeted(point.scenario, s, dev), s)
-        gemms = _phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context, s.moe_mode)
-        batches.setdefault(dev, {})[gemms] = None
+        for scenario in assumptions.averaged_steps(point.scenario) or (point.scenario,):  # the steps timed
+            stages, _, micros, context = _phase_shape(budgeted(scenario, s, dev), s)
+            gemms = _phase_gemms(micros, s.attention, s.ffn, s.pp, stages, context, s.moe_mode)
+            batches.setdefault(dev, {})[gemms] = None
     for dev, phases in batches.items():
         _tune(phases, dev)
 
@@ -183,7 +184,7 @@ def _tune(phases: dict, dev: DeviceSpec) -> None:
         _TUNED.put((gemms, dev), None)
 
 
-@memo.cached(maxsize=4096)
+@memo.cached(maxsize=16384)
 def _phase_gemms(micros: tuple[Scenario, ...], attention, ffn, pp: int, stages: tuple[int, ...],
                  context: int | None, moe_mode: str = "none") -> HashedTuple:
     """The distinct GEMMs of a phase's workloads (the same on every device)."""

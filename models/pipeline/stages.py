@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deepstack.errors import UserInputError
-from deepstack.models import memo
+from deepstack.models import assumptions, memo
 from deepstack.models.compute.dispatch import time_op
 from deepstack.models.compute.gemm_tuner import tune_gemm_overlapped
 from deepstack.models.compute.operators import Choice, Gemm
@@ -144,6 +144,21 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
     """The layers of a pipeline stage and the collectives that move data, with their routes (without the
     device's rows): which collectives move data, and on which groups, depends on the layout, not on the device,
     link speeds or latencies. A prefill chunk's collectives move its own tokens only, whatever its context."""
+    layers = chunk_workload(scenario, schedule.attention, schedule.ffn, schedule.pp, stage, context,
+                            schedule.moe_mode)
+    kinds = tuple(dict.fromkeys(layer.kind for layer in layers if layer.kind in ("dense", "moe")))
+    per_kind, stage_comms = _comm_routes(assumptions.without_kv_length(scenario), schedule, stage, layout,
+                                         networked, kinds)
+    return tuple(_LayerRoutes(layer, *per_kind.get(layer.kind, ((), (), {}))) for layer in layers), stage_comms
+
+
+@memo.cached(maxsize=65536)
+def _comm_routes(scenario: Scenario, schedule: Schedule, stage: int, layout, networked: bool,
+                 kinds: tuple[str, ...]) -> tuple[dict, tuple]:
+    """Per kind of layer the stage holds (dense, MoE: ``kinds``), its collectives that move data, their routes
+    and the GEMM each overlaps (name → index); and the stage's own (PP sends) with their routes. Keyed on the
+    scenario without a decode step's cached length, which no collective reads: the steps of a paper-set decode
+    share them."""
     model = scenario.model
     share_a = device_share(model, scenario, schedule.attention, schedule.pp, stage)
     share_f = ffn_share(model, scenario, schedule.attention, schedule.ffn, schedule.pp, stage)
@@ -157,18 +172,16 @@ def _stage_routes(scenario: Scenario, schedule: Schedule, stage: int, layout,
                 out[comm.name] = (comm, route)
         return tuple(c for c, _ in out.values()), tuple(r for _, r in out.values())
 
-    layers = []
-    for layer in chunk_workload(scenario, schedule.attention, schedule.ffn, schedule.pp, stage, context,
-                                schedule.moe_mode):
-        comms, routes = moving(_layer_comms(model, scenario, schedule, share_a, share_f, layer.kind == "moe")
-                               if layer.kind in ("dense", "moe") else ())
+    per_kind = {}
+    for kind in kinds:
+        comms, routes = moving(_layer_comms(model, scenario, schedule, share_a, share_f, kind == "moe"))
         partner = {}
         for index, comm in enumerate(comms):
             target = comm.after or comm.before
             if target and target not in partner:
                 partner[target] = index
-        layers.append(_LayerRoutes(layer, comms, routes, partner))
-    return tuple(layers), moving(communication.stage_comms(model, scenario, schedule, share_a))
+        per_kind[kind] = (comms, routes, partner)
+    return per_kind, moving(communication.stage_comms(model, scenario, schedule, share_a))
 
 
 def stage_parts(schedule: Schedule, dev: DeviceSpec, scenario: Scenario, stage: int, layout,
