@@ -79,6 +79,16 @@ def test_design_errors_are_one_line(study, cli):
     assert_user_error(cli("evaluate", "--design", "d1", "--front", str(study["cwd"] / "missing.csv")), "--front")
 
 
+def test_options_a_front_row_fixes_are_refused_with_design(study, cli):
+    # the row sets model, scenario, hardware and schedule: anything else given would be silently ignored
+    row = study["json"]["pareto"][0]["id"]
+    front = str(study["cwd"] / "f.pareto.csv")
+    result = cli("evaluate", "--design", row, "--front", front, "--model", "llama-3.2-1b", "--batch", "8")
+    assert_user_error(result, "--design", "--model, --batch would be ignored", "drop them")
+    assert_user_error(cli("evaluate", "--design", row, "--front", front, "--eager"), "--cuda-graphs would be ignored")
+    assert cli("evaluate", "--design", row, "--front", front, "--json").code == 0
+
+
 # --- a sweep's front: one row per objective vector, NoCs by name (issue 29) --------------------------------------
 
 

@@ -22,6 +22,7 @@ from deepstack.registry import ALGORITHMS, TOPOLOGIES
 
 
 def evaluate(
+    ctx: typer.Context,
     model: Annotated[str, typer.Option(help="LLM preset or file, e.g. deepseek-v3.")] = "llama-3.2-1b",
     chip: Annotated[str | None, typer.Option(help="Chip preset or file (Table 2), e.g. standard.")] = None,
     noc: Annotated[str | None, typer.Option(help="NoC preset or file (Table 3), e.g. tms1.")] = None,
@@ -73,6 +74,7 @@ def evaluate(
     if design is not None or front is not None:
         if design is None or front is None:
             raise UserInputError("--design and --front go together: the row's id and the front file it is in")
+        _only_with_design(ctx)
         result = api.evaluate_front_design(design=design, front=front).as_dict()
         if json_out:
             report.print_json(result)
@@ -143,6 +145,17 @@ def _steady_line(result: dict) -> None:
         covers = (f"steady state: the breakdown covers {steps:,} engine steps (a request's life, its successor's "
                   f"prompt included), {output_len:,} tokens per request")
     report.console.print(f"{covers}; mean step {cycle_s * 1e3 / steps:.2f} ms", markup=False, highlight=False)
+
+
+def _only_with_design(ctx: typer.Context) -> None:
+    """Refuse the options a front row fixes (all but --json): given with --design, they would be ignored."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    given = [flags[name] for name in ctx.params if name not in ("design", "front", "json_out")
+             and getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"]  # typer's own click
+    if given:
+        raise UserInputError(f"--design: the front row sets the whole design point and scenario, so "
+                             f"{', '.join(given)} would be ignored; drop {'it' if len(given) == 1 else 'them'}, or "
+                             "evaluate without --design")
 
 
 def _thermal_line(result: dict) -> None:
