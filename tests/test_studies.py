@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from conftest import assert_run_record
+from conftest import assert_run_record, assert_user_error
 
 from deepstack.schema import load_file
 from deepstack.search.studies import runners
@@ -43,3 +43,18 @@ def test_parallelism_spread_quick(cli, tmp_path):
     pngs = [f for f in files if f.suffix == ".png"]
     assert pngs and all(f.read_bytes().startswith(b"\x89PNG") and f.stat().st_size > 1000 for f in pngs)
     assert_run_record(tmp_path, "parallelism-spread")
+
+
+def test_a_folder_holding_another_studys_run_is_refused(cli, tmp_path):
+    # a second study (or the same one under another set) into a finished run's folder would replace its record and
+    # summary and leave its figures beside them; the same study again replaces its own run
+    recipe = str(STUDIES / "parallelism-spread.toml")
+    assert cli("study", "run", recipe, "--quick", "--out", str(tmp_path)).code == 0
+    before = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+    other = cli("study", "run", str(STUDIES / "dram-layers.toml"), "--quick", "--out", str(tmp_path))
+    assert_user_error(other, f"--out: {tmp_path} holds a finished run of parallelism-spread (default set, quick",
+                      "not of dram-layers", "give another folder")
+    assert_user_error(cli("study", "run", recipe, "--quick", "--assumptions", "paper", "--out", str(tmp_path)),
+                      "not of parallelism-spread (paper set, quick)")
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before
+    assert cli("study", "run", recipe, "--quick", "--out", str(tmp_path)).code == 0

@@ -213,6 +213,22 @@ def run_folder_name(study: str, assumptions: str, quick: bool) -> str:
     return study + ("" if assumptions == "default" else f"-{assumptions}") + ("-quick" if quick else "")
 
 
+def _refuse_another_run(folder: Path, study: str, assumptions: str, quick: bool) -> None:
+    """Refuse a folder holding another run's record (another study, assumption set or size): this run would
+    replace its record and summary and leave the other's figures and tables beside them. A run of the same
+    study, set and size is the one to replace; a record that cannot be read vouches for nothing."""
+    try:
+        record = json.loads((folder / RUN_RECORD).read_text())
+        theirs = (record["study"], record.get("assumptions", "default"), bool(record["quick"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    if theirs != (study, assumptions, quick):
+        name, chosen, small = theirs
+        raise UserInputError(f"--out: {folder} holds a finished run of {name} ({chosen} set"
+                             f"{', quick' if small else ''}; its {RUN_RECORD}), not of {study} ({assumptions} set"
+                             f"{', quick' if quick else ''}): give another folder, or remove that one first")
+
+
 def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
               assumptions: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``).
@@ -233,6 +249,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
         raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
     folder = Path(out or Path("studies") / "out" / run_folder_name(recipe.name, chosen, quick))
     check_output_folder(folder)
+    _refuse_another_run(folder, recipe.name, chosen, quick)
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD
     record_path.unlink(missing_ok=True)  # a stale record would vouch for files this run is about to replace
