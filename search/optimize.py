@@ -39,7 +39,15 @@ from deepstack.search.optimize_report import OptimizeResult, write_run_report
 from deepstack.search.problem import Problem, any_proposal
 from deepstack.search.resume import RUN_ATTR, RunRecord
 from deepstack.search.space import load_space, scenarios
-from deepstack.search.storage_paths import check_storage_folder, default_storage, front_folder, is_journal, storage_file
+from deepstack.search.storage_paths import (
+    check_front_owner,
+    check_storage_folder,
+    default_storage,
+    front_folder,
+    is_journal,
+    storage_file,
+    storage_identity,
+)
 from deepstack.search.study_record import StudyRecord, check_same_problem
 
 # heartbeats and fail_stale_trials are marked experimental in Optuna 5 but are the documented recovery path
@@ -351,6 +359,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     check_storage_folder(storage_url, may_create=storage is None)
     # before any trial runs: the front is written there at the end (beside the storage file unless --out says)
     check_output_folder(folder, "--out" if out is not None else "--storage")
+    check_front_owner(folder, study, storage_url)  # never replace another storage's front of the same name
     store = open_storage(storage_url, create_folder=storage is None)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -380,7 +389,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
                 this_run.save(interrupted=True)
         wall = time.perf_counter() - running
         # still under the handlers: a signal while the front files are written waits for the last of them
-        front, files = write_run_report(the_study, list(objectives), folder, study, design_space, run, setup_s)
+        front, files = write_run_report(the_study, list(objectives), folder, study, design_space, run, setup_s,
+                                        storage_identity(storage_url))
     if stops.signal is not None and not run["interrupted"]:
         raise RunInterruptedError(f"interrupted by {stops.name} after the run's last trial: the study holds its "
                                   f"{_finished(the_study):,} trials and the front files in {folder}/ are complete")

@@ -28,14 +28,14 @@ class OptimizeResult:
 
 
 def write_run_report(the_study, objectives: list[str], folder: Path, study: str, space: DesignSpace, run: dict,
-                     setup_s: float) -> tuple[list[dict], dict[str, str]]:
+                     setup_s: float, storage: str | None = None) -> tuple[list[dict], dict[str, str]]:
     """Write the study's front files and its hypervolume PNG into ``folder`` and add to ``run`` its timing (the
     study's set-up, ``setup_s``, and the front), hypervolume, evaluations and the study's trial counts; returns the
-    front rows and the files written."""
+    front rows and the files written. ``storage``: which storage the study is in, as the front JSON records it."""
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, objectives)
     front = record.front_rows()
-    files = write_front(front, the_study, objectives, folder, study, space=space)
+    files = write_front(front, the_study, objectives, folder, study, space=space, storage=storage)
     png = record.progress.plot(str(folder / f"{study}.hypervolume.png"), f"{study}: hypervolume after each batch")
     if png:
         files["hypervolume_png"] = png

@@ -4,6 +4,7 @@ stays imported by that module alone."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from deepstack.errors import UserInputError
@@ -25,6 +26,32 @@ def storage_file(url: str) -> Path | None:
     if url.startswith("sqlite:///") and url.removeprefix("sqlite:///") not in ("", ":memory:"):
         return Path(url.removeprefix("sqlite:///"))
     return None
+
+
+def storage_identity(url: str) -> str:
+    """Which storage a URL names, as a front file records it: a storage file's resolved path, else the URL
+    with any password hidden."""
+    path = storage_file(url)
+    if path is not None:
+        return str(path.resolve())
+    return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+
+
+def check_front_owner(folder: Path, study: str, storage_url: str) -> None:
+    """Refuse, before any trial runs, a folder whose ``<study>.pareto.*`` files are another storage's study of
+    the same name: this run's front would replace them. A front file that names no storage (or cannot be read)
+    vouches for nothing."""
+    import json
+
+    path = folder / f"{study}.pareto.json"
+    try:
+        theirs = json.loads(path.read_text()).get("storage")
+    except (OSError, ValueError, AttributeError):
+        return
+    ours = storage_identity(storage_url)
+    if theirs and theirs != ours:
+        raise UserInputError(f"--out: {path} is the front of study {study!r} in {theirs}, not in {ours}: give "
+                             "another --out (or --study), or remove that study's front files first")
 
 
 def front_folder(out: str | None, storage_url: str) -> Path:

@@ -88,10 +88,12 @@ def _context(study, space) -> tuple[Scenario | None, dict]:
     return scenario, options
 
 
-def write_front(front: list[dict], study, objectives: list[str], out: Path, name: str, space=None) -> dict[str, str]:
+def write_front(front: list[dict], study, objectives: list[str], out: Path, name: str, space=None,
+                storage: str | None = None) -> dict[str, str]:
     """The front as CSV (units in the headers), JSON (with the scenario, SRAM options and units, so each row
-    reproduces with ``deepstack evaluate --design ID --front FILE``), an HTML plot and a static PNG. ``space`` is
-    the study's design space (its SRAM options); without it the space is loaded by the study's space name."""
+    reproduces with ``deepstack evaluate --design ID --front FILE``, and the ``storage`` the study is in), an HTML
+    plot and a static PNG. ``space`` is the study's design space (its SRAM options); without it the space is
+    loaded by the study's space name."""
     out.mkdir(parents=True, exist_ok=True)
     base = out / f"{name}.pareto"
     files = {"csv": str(base) + ".csv", "json": str(base) + ".json", "html": str(base) + ".html"}
@@ -100,7 +102,8 @@ def write_front(front: list[dict], study, objectives: list[str], out: Path, name
     rows = one_per_objective_vector(named, objectives)
     front[:] = rows  # the caller's rows (optimize's result and --json) carry the same ids
     columns = list(dict.fromkeys(k for row in rows for k in row)) if rows else objectives
-    data = {"study": name, "objectives": objectives, "units": {c: UNITS[c] for c in columns if c in UNITS},
+    data = {"study": name, **({"storage": storage} if storage else {}), "objectives": objectives,
+            "units": {c: UNITS[c] for c in columns if c in UNITS},
             "scenario": scenario.model_dump(mode="json") if scenario else None, "sram_options": options,
             "nocs": nocs, "pareto": rows}
     write_text_atomically(Path(files["json"]), json.dumps(finite(data), indent=2, default=str, allow_nan=False))

@@ -124,6 +124,23 @@ def test_front_files_follow_out(cli, tmp_path):
     assert (tmp_path / "front" / "s.pareto.csv").is_file() and not (tmp_path / "s.pareto.csv").exists()
 
 
+def test_out_never_replaces_another_storages_front_of_the_same_study_name(cli, tmp_path):
+    # two storages each hold a study "s"; the second run's --out points at the first's front files
+    first = ("optimize", "--space", "small", "--trials", "1", "--refine", "0", "--study", "s", "--storage",
+             f"sqlite:///{tmp_path / 'a.db'}", "--out", str(tmp_path))
+    assert cli(*first).code == 0
+    assert json.loads((tmp_path / "s.pareto.json").read_text())["storage"] == str(tmp_path / "a.db")
+    before = {p.name: p.read_bytes() for p in tmp_path.glob("s.*")}
+    (tmp_path / "b").mkdir()
+    other = cli("optimize", "--space", "small", "--trials", "1", "--refine", "0", "--study", "s", "--storage",
+                f"sqlite:///{tmp_path / 'b' / 'b.db'}", "--out", str(tmp_path))
+    assert_user_error(other, f"--out: {tmp_path / 's.pareto.json'} is the front of study 's' in {tmp_path / 'a.db'}",
+                      f"not in {tmp_path / 'b' / 'b.db'}", "give another --out")
+    assert {p.name: p.read_bytes() for p in tmp_path.glob("s.*")} == before
+    assert not (tmp_path / "b" / "b.db").exists()  # refused before the storage was opened
+    assert cli(*first).code == 0  # the same study again: its own front is replaced
+
+
 # --- smaller loose ends (issue item 8) ------------------------------------------------------------------------------
 
 
