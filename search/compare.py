@@ -137,9 +137,10 @@ def study_side(trials: list, objectives: list[str]) -> Side:
 # --- the sweep side ----------------------------------------------------------------------------------------
 
 def _row_seconds(summary: dict, rows: int) -> tuple[np.ndarray, bool]:
-    """Seconds after the sweep's start at which each row of points.csv was evaluated (its chunk's finishing time),
-    and whether they were measured; a sweep without chunk times (or one resumed) is assumed to have evaluated its
-    rows at an even rate in file order."""
+    """Seconds of the sweep's evaluation at which each row of points.csv was evaluated (its chunk's finishing
+    time, on a clock a resumed sweep's runs share), and whether they were measured; a sweep without chunk times
+    (or resumed from a run that recorded none) is assumed to have evaluated its rows at an even rate in file
+    order."""
     chunks = summary.get("chunks") or []
     if chunks and sum(c[1] for c in chunks) == rows and all(c[2] is not None for c in chunks):
         return np.repeat([float(c[2]) for c in chunks], [int(c[1]) for c in chunks]), True

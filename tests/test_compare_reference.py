@@ -150,3 +150,35 @@ def test_a_missing_study_is_never_created(runs, tmp_path, cli):
     with sqlite3.connect(db) as connection:
         names = {row[0] for row in connection.execute("SELECT study_name FROM studies")}
     assert "nope" not in names
+
+
+def test_re_running_a_finished_sweep_keeps_its_times_and_the_comparison(runs):
+    # every chunk is read back: the sweep's wall time and its chunks' finishing times stay the first run's, so
+    # compare's figures at equal evaluations and equal wall time do not move
+    cwd = runs["cwd"]
+    before = json.loads((cwd / "ex" / "summary.json").read_text())
+    assert all(chunk[2] is not None for chunk in before["chunks"])
+    again = run_in_process("sweep", "--mode", "exhaustive", "--space", "tiny.toml", "--out", "ex", "--workers", "1",
+                           "--json", cwd=cwd)
+    assert again.returncode == 0, again.stderr[-2000:]
+    result = json.loads(again.stdout)
+    assert result["read_back"] == result["evaluations"] and result["wall_s"] == before["wall_s"]
+    after = json.loads((cwd / "ex" / "summary.json").read_text())
+    assert after["chunks"] == before["chunks"] and after["wall_s"] == before["wall_s"]
+    compared = run_in_process("compare", "--study", "t", "--storage", "sqlite:///t.db", "--sweep", "ex", "--json",
+                              cwd=cwd)
+    assert json.loads(compared.stdout) == json.loads(runs["json"].stdout)
+
+
+def test_a_resumed_sweeps_clock_goes_on_from_its_last_chunk(tmp_path):
+    # an interrupted run's chunks keep the seconds they finished at, and the next run's chunks come after them
+    from deepstack.search.sweep.chunks import ChunkLog
+
+    first = ChunkLog(tmp_path, "f")
+    first.offset_s = 0.0
+    assert first.save("tier1", 0, "{}\n") >= 0.0
+    (tmp_path / "chunks" / "evaluated.log").write_text("tier1-00000 12.500000\ntier1-00001\n")  # an older line too
+    second = ChunkLog(tmp_path, "f")
+    assert second.finished_s == {"tier1-00000": 12.5, "tier1-00001": None} and second.offset_s == 12.5
+    assert second.save("tier1", 2, "{}\n") >= 12.5
+    assert ChunkLog(tmp_path, "f").finished_s["tier1-00002"] >= 12.5

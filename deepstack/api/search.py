@@ -94,8 +94,8 @@ def run_sweep(*, mode: str, objective: str, model: str | None, phase: str | None
                       progress=progress)
     return {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
             "evaluated_now": result.evaluations - result.read_back, "read_back": result.read_back,
-            "wall_s": result.wall_s, "out": result.out, "objectives": result.objectives, "tiers": result.tiers,
-            "pareto": result.pareto,
+            "wall_s": result.wall_s, "run_s": result.run_s, "out": result.out, "objectives": result.objectives,
+            "tiers": result.tiers, "pareto": result.pareto,
             "files": {"points": f"{folder}/points.csv", "pareto": f"{folder}/pareto.csv",
                       "summary": f"{folder}/summary.json"}}
 

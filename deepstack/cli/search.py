@@ -123,7 +123,7 @@ def sweep(
     resumed = (f" ({result['read_back']:,} more read back from an earlier run's finished chunks, not evaluated "
                f"again: {result['evaluations']:,} points in all)" if result.get("read_back") else "")
     report.table(f"{result['mode']} sweep: {result.get('evaluated_now', result['evaluations']):,} evaluations"
-                 f"{resumed} of {result['hardware_points']:,} hardware points in {result['wall_s']:.1f} s",
+                 f"{resumed} of {result['hardware_points']:,} hardware points in {result['run_s']:.1f} s",
                  result["tiers"])
     report.pareto(result)
 

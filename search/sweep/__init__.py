@@ -58,8 +58,9 @@ class SweepResult:
     pareto: list[dict]
     tiers: list[dict]
     read_back: int = 0  # of ``evaluations``, rows an earlier (interrupted) run evaluated and this one read back
-    timeline: list | None = None  # chunks in points.csv order: [tier, rows, finished_s or None if read back]
+    timeline: list | None = None  # chunks in points.csv order: [tier, rows, finished_s on the sweep's clock]
     with_ttft: bool = True  # False: ttft_s was not computed (no ttft objective) and is left out of the files
+    run_s: float | None = None  # this run's own wall time (``wall_s``: the sweep's, its runs together)
 
 
 def _hop_points(space: DesignSpace, points: list[HardwarePoint]) -> list[HardwarePoint]:
@@ -185,10 +186,11 @@ def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_
         tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3),
                       "read_back": read_back["tier3"]})
         rows += rows3
-    wall = time.perf_counter() - started
+    run_s = time.perf_counter() - started
     front = output.front(rows, objectives)
-    result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers), wall, out, objectives, front,
-                         tiers, log.read_back, log.timeline, with_ttft)
+    result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers),
+                         log.sweep_wall_s(evaluated=log.read_back < len(rows)), out, objectives, front, tiers,
+                         log.read_back, log.timeline, with_ttft, run_s)
     with log.shelter():  # a signal while the files are written waits for the last of them
         output.write(result, rows, scenario, design_space)
     return result

@@ -31,21 +31,54 @@ class ChunkLog:
 
     def __init__(self, out: Path, fingerprint: str):
         self.started = time.perf_counter()
-        # every chunk of the sweep in points.csv order: [tier, rows, seconds after the start when it finished, or
-        # None when it was read back from an earlier run] (for ``compare``'s front at equal wall time)
+        # every chunk of the sweep in points.csv order: [tier, rows, seconds of the sweep's evaluation when it
+        # finished (None: read back from a run that did not record it)] (for ``compare``'s front at equal wall time)
         self.timeline: list[list] = []
         self.read_back = 0  # rows of chunks finished by an earlier run and read back, not evaluated by this one
         self.shelter: Callable = contextlib.nullcontext  # a span no signal cuts (Interrupts.deferred) for save
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
-        stamp = out / "sweep.json"
-        if stamp.exists():
-            previous = json.loads(stamp.read_text()).get("fingerprint")
-            if previous != fingerprint:
+        self.stamp = out / "sweep.json"
+        self.total_s = None  # the sweep's wall time as its last finished run recorded it
+        if self.stamp.exists():
+            previous = json.loads(self.stamp.read_text())
+            if previous.get("fingerprint") != fingerprint:
                 raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
                                      "objectives); give a new --out folder")
+            self.total_s = previous.get("wall_s")
         else:
-            stamp.write_text(json.dumps({"fingerprint": fingerprint}))
+            self.stamp.write_text(json.dumps({"fingerprint": fingerprint}))
+        # when each finished chunk finished, on the sweep's own clock: an earlier run's chunks keep their times, and
+        # this run's clock goes on from the last of them (a resumed sweep's wall time is its runs' together)
+        self.finished_s = self._recorded()
+        self.offset_s = max((t for t in self.finished_s.values() if t is not None), default=0.0)
+
+    def _recorded(self) -> dict[str, float | None]:
+        """Chunk → its finishing second, from ``evaluated.log`` (lines ``<tier>-<index> <seconds>``; an older
+        sweep's lines hold the chunk's name alone)."""
+        try:
+            lines = (self.folder / "evaluated.log").read_text().splitlines()
+        except OSError:
+            return {}
+        out = {}
+        for line in lines:
+            name, _, seconds = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                out[name] = float(seconds) if seconds else None
+        return out
+
+    def sweep_wall_s(self, evaluated: bool) -> float:
+        """The sweep's wall time, all its runs together, recorded in the stamp for the next run: its earlier runs'
+        (to their last chunk) and this one's; a run that evaluated nothing (every chunk read back) keeps what the
+        last finished run recorded, so re-running a finished sweep does not report the read-back as its time."""
+        wall = self.total_s if not evaluated and self.total_s is not None else self.elapsed_s()
+        stamp = json.loads(self.stamp.read_text())
+        write_text_atomically(self.stamp, json.dumps({**stamp, "wall_s": wall}))
+        return wall
+
+    def elapsed_s(self) -> float:
+        """Seconds of evaluation on the sweep's clock: earlier runs' (to their last chunk) and this one's."""
+        return self.offset_s + time.perf_counter() - self.started
 
     def path(self, tier: str, index: int) -> Path:
         return self.folder / f"{tier}-{index:05d}.jsonl"
@@ -56,13 +89,16 @@ class ChunkLog:
             return None
         return [json.loads(line) for line in path.read_text().splitlines() if line]
 
-    def save(self, tier: str, index: int, lines: str) -> None:
-        """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`). Atomic: a killed sweep
-        leaves either the whole chunk or none of it; an interrupted one, the chunk and its line in the log."""
+    def save(self, tier: str, index: int, lines: str) -> float:
+        """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`) and when it finished on the
+        sweep's clock (returned). Atomic: a killed sweep leaves either the whole chunk or none of it; an
+        interrupted one, the chunk and its line in the log."""
+        seconds = self.elapsed_s()
         with self.shelter():
             write_text_atomically(self.path(tier, index), lines)
             with open(self.folder / "evaluated.log", "a") as fh:
-                fh.write(f"{tier}-{index:05d}\n")
+                fh.write(f"{tier}-{index:05d} {seconds!r}\n")  # repr: read back to the last bit
+        return seconds
 
     def finished(self) -> int:
         """Chunks finished so far, by this run or an earlier one."""
@@ -79,7 +115,7 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: dict[int, list[dict]] = {}
-    finished: dict[int, float] = {}
+    finished: dict[int, float | None] = {}
     todo = []
     for index in range(len(chunks)):
         rows = log.load(tier, index)
@@ -87,14 +123,14 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
             todo.append(index)
         else:
             results[index] = rows
+            finished[index] = log.finished_s.get(f"{tier}-{index:05d}")
             log.read_back += len(rows)
             tally.finish(len(chunks[index]))
 
     def done(index: int, chunk: tuple[list[dict], str]) -> None:
         rows, lines = chunk
-        log.save(tier, index, lines)
+        finished[index] = log.save(tier, index, lines)
         results[index] = rows
-        finished[index] = time.perf_counter() - log.started
         tally.finish(len(chunks[index]))
 
     if todo:
