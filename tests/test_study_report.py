@@ -196,3 +196,20 @@ def test_a_bad_changes_file_is_a_one_line_error_naming_it(cli, tmp_path, changes
                "--to", str(tmp_path / "RESULTS.md"))
     assert_user_error(done, "results.toml", needle)
     assert not (tmp_path / "RESULTS.md").exists()
+
+
+def test_a_page_with_more_finished_studies_is_kept_unless_forced(cli, out_root, tmp_path):
+    # a fresh clone has the committed page but no run folders: regenerating it from nothing would drop every
+    # study's results, so it is refused (one line), and replaced only with --force
+    page = tmp_path / "RESULTS.md"
+    assert _report(cli, out_root, page).code == 0
+    written = page.read_text()
+    finished = int(re.search(r"^(\d+) of \d+ studies have a finished run", written, flags=re.M).group(1))
+    empty = tmp_path / "none"
+    empty.mkdir()
+    refused = _report(cli, empty, page)
+    assert_user_error(refused, f"--to {page}: it reports {finished} finished studies and {empty} holds 0",
+                      "--force")
+    assert page.read_text() == written
+    assert _report(cli, empty, page, "--force").code == 0
+    assert "0 of" in page.read_text()

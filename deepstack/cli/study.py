@@ -49,16 +49,20 @@ def study_report(
     to: Annotated[str, typer.Option(help="The Markdown page to write.")] = "studies/RESULTS.md",
     quick: Annotated[bool, typer.Option("--quick", help="Report the quick runs (<name>-quick folders).")] = False,
     recipes: Annotated[str, typer.Option(help="Folder of the recipes <name>.toml and their README.md.")] = "studies",
+    force: Annotated[bool, typer.Option("--force", help="Replace a page that reports more finished studies than "
+                                                        "--out-root holds.")] = False,
     json_out: JsonFlag = False,
 ) -> None:
     """Regenerate the results page from every study's last finished run (its run.json): wall times, key tables
-    and figure paths, no number typed by hand. A recipe without a finished run is listed as not run yet.
+    and figure paths, no number typed by hand. A recipe without a finished run is listed as not run yet; a page
+    that reports more finished studies than --out-root holds (a fresh clone's: run folders are not committed) is
+    kept unless --force.
 
     Example: deepstack study report --quick --to studies/out/RESULTS-quick.md
     """
     from deepstack.search.studies.results import build_report
 
-    result = build_report(recipes, out_root, to, quick)
+    result = build_report(recipes, out_root, to, quick, force)
     if json_out:
         report.print_json(result)
         return

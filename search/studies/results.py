@@ -297,13 +297,33 @@ def _paper_vs_default(runs: list[StudyRun], out_root: Path, quick: bool) -> list
             "Read from: " + "; ".join(f"`{s}`" for s in found["sources"]) + ".", ""]
 
 
+_FINISHED = re.compile(r"^(\d+) of (\d+) studies have a finished run\.", re.MULTILINE)
+
+
+def _refuse_fewer_runs(page: Path, finished: int, out_root: Path) -> None:
+    """Refuse to replace a results page that reports more finished runs than ``out_root`` holds: their results
+    would be lost from it."""
+    try:
+        found = _FINISHED.search(page.read_text())
+    except OSError:
+        return
+    if found and int(found.group(1)) > finished:
+        raise UserInputError(f"--to {page}: it reports {found.group(1)} finished studies and {out_root} holds "
+                             f"{finished}, so their results would be lost from it; run the studies first, write "
+                             "another page with --to, or replace it anyway with --force")
+
+
 def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
-                 to: str | Path = DEFAULT_PAGE, quick: bool = False) -> dict[str, Any]:
-    """Write the results page ``to`` from the run records under ``out_root``; returns what it wrote."""
+                 to: str | Path = DEFAULT_PAGE, quick: bool = False, force: bool = False) -> dict[str, Any]:
+    """Write the results page ``to`` from the run records under ``out_root``; returns what it wrote. A page that
+    reports more finished runs than ``out_root`` holds (a clone's committed page: the run folders are not
+    committed) is replaced only with ``force``."""
     out_root, page = Path(out_root), Path(to)
     if page.is_dir():
         raise UserInputError(f"--to {page}: is a folder; give the Markdown file to write, e.g. {DEFAULT_PAGE}")
     runs = collect(recipes, out_root, quick)
+    if not force:
+        _refuse_fewer_runs(page, sum(1 for r in runs if r.record), out_root)
     changes_path = Path(recipes) / CHANGES_FILE
     since, entries = load_changes(changes_path, [r.name for r in runs]) if not quick else ("", [])
     generated_at = utc_now()
