@@ -90,3 +90,10 @@ def test_console_script_end_to_end(cli_process):
     assert_user_error(result, "unknown preset 'no-such-chip'")
     ok = cli_process("catalog", "nocs", "--json")
     assert ok.code == 0 and '"tms1"' in ok.out
+
+
+def test_a_degree_given_twice_is_refused(cli):
+    # "tp=8,tp=4" used to run tp=4 silently (the last won); a module's own segment may still override the shared one
+    result = cli("evaluate", "--chip", "standard", "--noc", "tms1", "--parallel", "tp=8,tp=4,dp=64")
+    assert_user_error(result, "--parallel: tp is given twice in 'tp=8,tp=4,dp=64'", "give each degree once")
+    assert cli("evaluate", "--chip", "standard", "--noc", "tms1", "--parallel", "tp=8,dp=32;attn:tp=4,dp=64").code == 0

@@ -161,9 +161,14 @@ class Schedule(Frozen):
                 if name is None:
                     raise UserInputError(f"--parallel: unknown module {head.strip()!r}; allowed: attn, moe, ffn")
                 target = modules.setdefault(name, {})
+            seen: dict[str, str] = {}  # this segment's keys: a degree given twice is a typo, not an override
             for item in filter(None, (s.strip() for s in segment.split(","))):
                 key, _, value = item.partition("=")
                 key = key.strip().lower()
+                if key in seen:
+                    raise UserInputError(f"--parallel: {key} is given twice in {segment.strip()!r} ({seen[key]!r} "
+                                         f"and {item!r}); give each degree once")
+                seen[key] = item
                 if key == "fsdp" and not value:
                     top["fsdp"] = True
                     continue
