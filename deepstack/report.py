@@ -186,7 +186,7 @@ def pareto(result: dict[str, Any]) -> None:
              **({"same objectives": " ".join(str(e.get("id")) for e in r.get("equivalent", ())) or None}
                 if any(x.get("equivalent") for x in front) else {})}
             for i, r in enumerate(front)]
-    title = f"Pareto front ({len(rows)} designs)"
+    title = f"Pareto front ({len(rows)} design{'s' * (len(rows) != 1)}, one per objective vector)"
     if "study" in result:
         title += f" of study {result['study']}: {result['trials']} trials ({result.get('added', 0)} added)"
     table(title, rows, right=tuple(headers))

@@ -94,7 +94,7 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 progress(run["told"], trials)
             if log and announce:
                 log(f"trials {mirror.completed}: hypervolume {hv:.6g}, {record.evaluations} evaluations, "
-                    f"front {len(record.front_rows())} designs × schedules")
+                    f"front {len(record.front_rows())} design × schedule rows")
             return True
 
         def sample(until: int) -> None:
