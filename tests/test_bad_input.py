@@ -97,3 +97,12 @@ def test_a_degree_given_twice_is_refused(cli):
     result = cli("evaluate", "--chip", "standard", "--noc", "tms1", "--parallel", "tp=8,tp=4,dp=64")
     assert_user_error(result, "--parallel: tp is given twice in 'tp=8,tp=4,dp=64'", "give each degree once")
     assert cli("evaluate", "--chip", "standard", "--noc", "tms1", "--parallel", "tp=8,dp=32;attn:tp=4,dp=64").code == 0
+
+
+def test_a_space_whose_every_n_is_above_every_m_is_refused(cli, tmp_path):
+    # no (m, n) with n ≤ m is left: optimize would say "no feasible hardware", which points at memory instead
+    from conftest import write_space
+
+    path = write_space(tmp_path / "s.toml", stacked=(2, 4), connected=(6,))
+    assert_user_error(cli("validate", str(path)), "connected_layers [6] are all above stacked_layers [2, 4]",
+                      "n ≤ m")

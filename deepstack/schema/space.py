@@ -73,6 +73,9 @@ class HardwareAxes(Frozen):
             problems.append(f"stacked_layers must be in 1..{MAX_STACKED_LAYERS}")
         if self.connected_layers != "all" and any(not 1 <= n <= MAX_STACKED_LAYERS for n in self.connected_layers):
             problems.append(f"connected_layers must be in 1..{MAX_STACKED_LAYERS} or \"all\"")
+        elif self.connected_layers != "all" and min(self.connected_layers) > max(self.stacked_layers):
+            problems.append(f"connected_layers {list(self.connected_layers)} are all above stacked_layers "
+                            f"{list(self.stacked_layers)}: a 3D point needs n ≤ m")
         if any(s <= 0 for s in (*self.hop_latency_scale, *self.level_bw_scale)):
             problems.append("scales must be > 0")
         if problems:
