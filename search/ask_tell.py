@@ -43,6 +43,7 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
     clock = run["timing_s"] = {phase: 0.0 for phase in PHASES}
     tick = _lap(clock, "setup", tick)  # once per run: reading what the study holds
     mirror.refresh()
+    mirror.resume_generation()  # a run resumed mid-generation proposes as the uninterrupted one would
     for params in bilevel.warm_start(problem):  # the catalog's named designs first (on the mirror only)
         if not record.has_params(params):
             mirror.enqueue(params, {"warm_start": True})

@@ -133,7 +133,8 @@ def _directions(objectives: list[str]) -> list[str]:
 # ``consumed_waiting``: the queued trial's number), then the queued trial is marked FAIL. A kill between those two
 # writes leaves both: the next run sees the copy and fails the queued trial without evaluating it again.
 CONSUMED = "consumed_waiting"  # system attribute of a trial that completed a queued trial: the queued trial's number
-FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+COMPLETE = optuna.trial.TrialState.COMPLETE
+FINISHED = (COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
 WAITING = optuna.trial.TrialState.WAITING
 
 
@@ -181,6 +182,24 @@ class Mirror:
 
     def ask(self, size: int) -> list[optuna.trial.Trial]:
         return [self.memory.ask() for _ in range(size)]
+
+    def resume_generation(self) -> None:
+        """Give a genetic sampler (NSGA-II, NSGA-III) the parent population of a generation the study is in the
+        middle of, as the run that began the generation holds it. Optuna computes a generation's parents at its
+        first trial and caches them in the study's system attributes, which the mirror does not store: a run
+        resumed mid-generation would compute them again at its first trial, and a computed population comes back
+        in selection order where a cached one comes back in trial order, so that trial's parents (and from it
+        the rest of the study) would differ from the uninterrupted run's. A run starting a new generation
+        computes them at its first trial, as the uninterrupted one did."""
+        sampler = self.memory.sampler
+        if not isinstance(sampler, optuna.samplers.BaseGASampler):
+            return
+        key = sampler._get_generation_key()
+        generations = [t.system_attrs[key] for t in self.memory.get_trials(deepcopy=False, states=(COMPLETE,))
+                       if key in t.system_attrs]
+        current = max(generations, default=0)
+        if current >= 1 and generations.count(current) < sampler.population_size:
+            sampler.get_parent_population(self.memory, current)  # computed and cached, as at its first trial
 
     def enqueue(self, params: dict, user_attrs: dict, skip_if_exists: bool = True) -> None:
         self.memory.enqueue_trial(params, user_attrs=user_attrs, skip_if_exists=skip_if_exists)

@@ -8,7 +8,8 @@ ends normally removes its record. One that a signal (or an error) ended marks it
 (SIGKILL) leaves it with its process id, which is no longer alive. The next run with the same plan adopts such a
 record and adds only the trials that run did not, so interrupt + resume leaves the study one uninterrupted run
 would have left (with the sampler reseeded per batch from the study's trial count,
-:meth:`deepstack.search.optimize.Mirror.reseed`).
+:meth:`deepstack.search.optimize.Mirror.reseed`, and a genetic sampler given the parents of the generation it
+resumes in as they were cached, :meth:`~deepstack.search.optimize.Mirror.resume_generation`).
 
 A record whose process still runs is another worker's live run, never adopted; one on another machine whose last
 trial (or start) is older than ``STALE_S`` belongs to a dead worker and is.

@@ -48,12 +48,12 @@ def _complete(db: Path) -> int:
 RUN = ("optimize", "--space", "small", "--trials", "60", "--seed", "5")  # 36 of the 60 refine the front
 
 
-def _interrupt(cwd: Path, sig: int, study: str) -> subprocess.CompletedProcess:
-    """Start a small-space study; once 8 trials are in the file, send ``sig``."""
-    args = [_console_script(), *RUN, "--study", study, "--storage", f"sqlite:///{study}.db"]
+def _interrupt(cwd: Path, sig: int, study: str, run: tuple = RUN, after: int = 8) -> subprocess.CompletedProcess:
+    """Start a small-space study; once ``after`` trials are in the file, send ``sig``."""
+    args = [_console_script(), *run, "--study", study, "--storage", f"sqlite:///{study}.db"]
     process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300  # readiness guard only: a healthy run gets there in seconds
-    while _complete(cwd / f"{study}.db") < 8:
+    while _complete(cwd / f"{study}.db") < after:
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.02)
@@ -107,6 +107,40 @@ def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_
     # and a run after a finished one adds its trials again
     more = run_in_process(*RUN, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
     assert more.returncode == 0 and json.loads(more.stdout)["trials"] == 120
+
+
+def _batches(mirror, count: int) -> list[dict]:
+    """``count`` batches of 4 on a mirror, as optimize's loop runs them (reseed, ask, tell, one write), on two
+    objectives of two parameters; the proposals' parameters."""
+    asked_params = []
+    for _ in range(count):
+        mirror.refresh()
+        mirror.reseed()
+        asked = mirror.ask(4)
+        for trial in asked:
+            x, y = trial.suggest_float("x", 0.0, 1.0), trial.suggest_float("y", 0.0, 1.0)
+            mirror.tell(trial, [x * (1 - y), y * (1 - x * x)], {})
+            asked_params.append(trial.params)
+        mirror.write(asked)
+    return asked_params
+
+
+def test_a_run_resumed_mid_generation_proposes_as_the_uninterrupted_one(tmp_path):
+    # NSGA-II (population 50) computes a generation's parents at its first trial and caches them in the study's
+    # system attributes, which the mirror does not store. A fresh process resumed within generation 1 (at 56
+    # trials) recomputed them at its first trial and got them in selection order, where the uninterrupted run's
+    # cache gives them in trial order: that trial's parents, and from it the rest of the study, differed.
+    from deepstack.search.optimize import Mirror
+
+    url = f"sqlite:///{tmp_path / 'u.db'}"
+    study = optuna.create_study(study_name="g", storage=url, directions=["maximize", "maximize"])
+    uninterrupted = Mirror(study, "nsga2", 7)
+    _batches(uninterrupted, 14)  # 56 trials: generation 0 (50) and the start of generation 1
+    shutil.copy(tmp_path / "u.db", tmp_path / "r.db")
+    ahead = _batches(uninterrupted, 3)
+    resumed = Mirror(optuna.load_study(study_name="g", storage=f"sqlite:///{tmp_path / 'r.db'}"), "nsga2", 7)
+    resumed.resume_generation()  # what optimize's loop does once it has mirrored the study
+    assert _batches(resumed, 3) == ahead
 
 
 def test_queued_trial_completed_by_a_killed_run_is_not_run_again(tmp_path, cli, monkeypatch):
