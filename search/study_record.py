@@ -165,12 +165,22 @@ def check_same_problem(study, problem) -> None:
     if stored is None:
         study.set_user_attr("problem", signature)
     elif stored != signature:
+        theirs, ours = stored.get("scenario") or {}, signature["scenario"]
+        fields = ", ".join(f"{k} {_shown(theirs.get(k))} (asked: {_shown(ours.get(k))})"
+                           for k in dict.fromkeys([*theirs, *ours]) if theirs.get(k) != ours.get(k))
         what = {"objectives": f"objectives {stored.get('objectives')} (asked: {list(problem.objectives)})",
                 "space": f"space {stored.get('space')!r} (asked: {problem.space.name!r})",
-                "scenario": "another scenario (model, phase, batch, lengths, precision or cooling)"}
+                "scenario": f"another scenario: {fields}"}
         differs = [text for key, text in what.items() if stored.get(key) != signature[key]]
         raise UserInputError(f"--study {study.study_name}: this study was created for {'; '.join(differs)}; "
                              "use a new --study name or the study's own settings")
+
+
+def _shown(value) -> str:
+    """A scenario field as the refusal shows it: a model by its name."""
+    if isinstance(value, dict) and "name" in value:
+        return repr(value["name"])
+    return repr(value)
 
 
 __all__ = ["COUNTS", "StudyRecord", "check_same_problem", "study_counts", "trial_solve", "values"]

@@ -380,7 +380,8 @@ def _snapshot(url: str):
     (("--objective", "stps,foo"), "--objective"),  # unknown objective
     (("--objective", "stps,utps"), "--study"),     # another objective set on the same study: refused
     (("--objective", "stps"), "--study"),          # another number of objectives
-    (("--batch", "32"), "--study"),                # another scenario
+    (("--batch", "32"), "another scenario: batch 64 (asked: 32)"),  # the field that differs, named
+    (("--assumptions", "paper"), "assumptions 'default' (asked: 'paper')"),
     (("--sampler", "cmaes"), "--sampler"),
     (("--trials", "-1"), "--trials"),
 ])
