@@ -58,3 +58,9 @@ def test_a_folder_holding_another_studys_run_is_refused(cli, tmp_path):
                       "not of parallelism-spread (paper set, quick)")
     assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before
     assert cli("study", "run", recipe, "--quick", "--out", str(tmp_path)).code == 0
+
+
+def test_a_study_named_without_its_recipe_file_points_to_it(cli, monkeypatch):
+    monkeypatch.chdir(STUDIES.parent)
+    assert_user_error(cli("study", "run", "thermal"), "thermal: no such file; the study's recipe is "
+                      "studies/thermal.toml (deepstack study run studies/thermal.toml)")

@@ -235,6 +235,10 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     ``assumptions`` (default: the recipe's ``assumptions`` parameter, else ``default``) names the assumption set
     every scenario of the run is evaluated under (docs/model.md §17); a paper-set run goes to ``<name>-paper``.
     ``progress(done, total)`` is told the runner's tasks finished of those planned so far (StudyContext.planned)."""
+    named = Path("studies") / f"{recipe_path}.toml"
+    if not Path(recipe_path).exists() and named.is_file():  # a study's name where its recipe file goes
+        raise UserInputError(f"{recipe_path}: no such file; the study's recipe is {named} "
+                             f"(deepstack study run {named})")
     recipe = load_file(recipe_path, expected_kind="study")
     available = runners()
     if recipe.runner not in available:
