@@ -106,3 +106,9 @@ def test_a_space_whose_every_n_is_above_every_m_is_refused(cli, tmp_path):
     path = write_space(tmp_path / "s.toml", stacked=(2, 4), connected=(6,))
     assert_user_error(cli("validate", str(path)), "connected_layers [6] are all above stacked_layers [2, 4]",
                       "n ≤ m")
+
+
+def test_a_dims_value_that_is_not_a_shape_is_named(cli):
+    result = cli("collective", "--op", "all_reduce", "--bytes", "1000", "--topology", "ring", "--dims", "8,x",
+                 "--link-bw-GBps", "100", "--hop-latency-ns", "100")
+    assert_user_error(result, "--dims: 'x' is not a level's shape", "give 8 or 4x4")

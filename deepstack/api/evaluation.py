@@ -162,6 +162,10 @@ def _topology_from_flags(topology, dims, link_bw_GBps, hop_latency_ns, packet_by
     if not kinds:
         raise UserInputError("--topology: required (e.g. ring, torus, or switch,switch) unless --noc is given")
     shapes = _split(dims, "--dims")
+    for shape in shapes:  # each shape read first: "8,x" is a bad shape before it is a count
+        if not all(side.strip().isdigit() for side in shape.lower().split("x")):
+            raise UserInputError(f"--dims: {shape!r} is not a level's shape; give 8 or 4x4 (whole numbers), one per "
+                                 "level, comma-separated")
     bws = _numbers(link_bw_GBps, "--link-bw-GBps")
     lats = _numbers(hop_latency_ns, "--hop-latency-ns")
     packets = _numbers(packet_bytes, "--packet-bytes", int)
