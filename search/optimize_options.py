@@ -34,6 +34,9 @@ def check_options(*, trials: int, workers: int, batch: int, until_stall: int | N
         refine = round(REFINE_SHARE * trials)
     if not 0 <= refine <= 1_000_000:
         raise UserInputError(f"--refine: must be a number of trials in 0..1000000 (got {refine})")
+    if refine > trials:
+        raise UserInputError(f"--refine: the local search's share of the run's --trials, so at most {trials} (got "
+                             f"{refine})")
     if inner not in INNER:
         raise UserInputError(f"--inner: must be one of {', '.join(INNER)} (got {inner!r})")
     if seed is not None and not 0 <= seed <= SEED_MAX:

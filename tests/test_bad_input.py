@@ -112,3 +112,10 @@ def test_a_dims_value_that_is_not_a_shape_is_named(cli):
     result = cli("collective", "--op", "all_reduce", "--bytes", "1000", "--topology", "ring", "--dims", "8,x",
                  "--link-bw-GBps", "100", "--hop-latency-ns", "100")
     assert_user_error(result, "--dims: 'x' is not a level's shape", "give 8 or 4x4")
+
+
+def test_a_refine_budget_above_the_trials_is_refused(cli, tmp_path):
+    result = cli("optimize", "--space", "small", "--trials", "4", "--refine", "2000", "--storage",
+                 f"sqlite:///{tmp_path / 'r.db'}")
+    assert_user_error(result, "--refine: the local search's share of the run's --trials, so at most 4 (got 2000)")
+    assert not (tmp_path / "r.db").exists()
