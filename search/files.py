@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from deepstack.errors import UserInputError
+
+T = TypeVar("T")
 
 
 def write_text_atomically(path: Path, text: str) -> None:
@@ -20,6 +25,16 @@ def write_text_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def recorded(path: Path, field: Callable[[dict], T]) -> T | None:
+    """What a run's JSON record in an output folder says of who owns the folder (``field`` of its contents), or
+    None when there is no record or it cannot be read: such a record vouches for nothing. The one check behind
+    every refusal to write over another run's output (a sweep's stamp, a study's record, a front's file)."""
+    try:
+        return field(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def save_figure(fig, path: str, dpi: int) -> str | None:

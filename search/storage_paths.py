@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from deepstack.errors import UserInputError
+from deepstack.search.files import recorded
 
 
 def default_storage(study: str) -> str:
@@ -41,13 +42,8 @@ def check_front_owner(folder: Path, study: str, storage_url: str) -> None:
     """Refuse, before any trial runs, a folder whose ``<study>.pareto.*`` files are another storage's study of
     the same name: this run's front would replace them. A front file that names no storage (or cannot be read)
     vouches for nothing."""
-    import json
-
     path = folder / f"{study}.pareto.json"
-    try:
-        theirs = json.loads(path.read_text()).get("storage")
-    except (OSError, ValueError, AttributeError):
-        return
+    theirs = recorded(path, lambda front: front.get("storage"))
     ours = storage_identity(storage_url)
     if theirs and theirs != ours:
         raise UserInputError(f"--out: {path} is the front of study {study!r} in {theirs}, not in {ours}: give "

@@ -31,7 +31,7 @@ from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
 from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.executor import Tally
-from deepstack.search.files import check_output_folder, write_text_atomically
+from deepstack.search.files import check_output_folder, recorded, write_text_atomically
 from deepstack.search.studies.provenance import code_digest
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
@@ -217,12 +217,9 @@ def _refuse_another_run(folder: Path, study: str, assumptions: str, quick: bool)
     """Refuse a folder holding another run's record (another study, assumption set or size): this run would
     replace its record and summary and leave the other's figures and tables beside them. A run of the same
     study, set and size is the one to replace; a record that cannot be read vouches for nothing."""
-    try:
-        record = json.loads((folder / RUN_RECORD).read_text())
-        theirs = (record["study"], record.get("assumptions", "default"), bool(record["quick"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if theirs != (study, assumptions, quick):
+    theirs = recorded(folder / RUN_RECORD,
+                      lambda run: (run["study"], run.get("assumptions", "default"), bool(run["quick"])))
+    if theirs is not None and theirs != (study, assumptions, quick):
         name, chosen, small = theirs
         raise UserInputError(f"--out: {folder} holds a finished run of {name} ({chosen} set"
                              f"{', quick' if small else ''}; its {RUN_RECORD}), not of {study} ({assumptions} set"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from deepstack.errors import UserInputError
 from deepstack.search.executor import Tally
-from deepstack.search.files import write_text_atomically
+from deepstack.search.files import recorded, write_text_atomically
 from deepstack.search.sweep.points import SweepTask, evaluate_chunk
 
 CHUNK_POINTS = 8  # at most this many hardware points per chunk: the unit of scheduling, progress and resumption
@@ -39,15 +39,15 @@ class ChunkLog:
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.stamp = out / "sweep.json"
-        self.total_s = None  # the sweep's wall time as its last finished run recorded it
-        if self.stamp.exists():
-            previous = json.loads(self.stamp.read_text())
-            if previous.get("fingerprint") != fingerprint:
-                raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
-                                     "objectives); give a new --out folder")
-            self.total_s = previous.get("wall_s")
-        else:
-            self.stamp.write_text(json.dumps({"fingerprint": fingerprint}))
+        self.fingerprint = fingerprint
+        previous = recorded(self.stamp, lambda stamp: (stamp["fingerprint"], stamp.get("wall_s")))
+        if previous is not None and previous[0] != fingerprint:
+            raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
+                                 "objectives); give a new --out folder")
+        # the sweep's wall time as its last finished run recorded it
+        self.total_s = previous[1] if previous is not None else None
+        if previous is None:
+            write_text_atomically(self.stamp, json.dumps({"fingerprint": fingerprint}))
         # when each finished chunk finished, on the sweep's own clock: an earlier run's chunks keep their times, and
         # this run's clock goes on from the last of them (a resumed sweep's wall time is its runs' together)
         self.finished_s = self._recorded()
@@ -72,8 +72,7 @@ class ChunkLog:
         (to their last chunk) and this one's; a run that evaluated nothing (every chunk read back) keeps what the
         last finished run recorded, so re-running a finished sweep does not report the read-back as its time."""
         wall = self.total_s if not evaluated and self.total_s is not None else self.elapsed_s()
-        stamp = json.loads(self.stamp.read_text())
-        write_text_atomically(self.stamp, json.dumps({**stamp, "wall_s": wall}))
+        write_text_atomically(self.stamp, json.dumps({"fingerprint": self.fingerprint, "wall_s": wall}))
         return wall
 
     def elapsed_s(self) -> float:
