@@ -99,6 +99,17 @@ def test_a_degree_given_twice_is_refused(cli):
     assert cli("evaluate", "--chip", "standard", "--noc", "tms1", "--parallel", "tp=8,dp=32;attn:tp=4,dp=64").code == 0
 
 
+@pytest.mark.parametrize(("text", "key"), [("tp=8;tp=4", "tp"), ("attn:tp=4;moe:ep=8;attn:tp=2", "tp"),
+                                           ("tp=8;pp=2;pp=4", "pp"), ("tp=8,fsdp;fsdp", "fsdp")])
+def test_a_degree_given_twice_in_two_segments_is_refused(text, key):
+    # the same place twice across ";" segments used to let the last one win silently
+    from deepstack.errors import UserInputError
+    from deepstack.schema.schedule import Schedule
+
+    with pytest.raises(UserInputError, match=f"--parallel: {key} is given twice"):
+        Schedule.parse(text)
+
+
 def test_a_space_whose_every_n_is_above_every_m_is_refused(cli, tmp_path):
     # no (m, n) with n ≤ m is left: optimize would say "no feasible hardware", which points at memory instead
     from conftest import write_space

@@ -153,22 +153,25 @@ class Schedule(Frozen):
         shared: dict[str, int] = {}
         moe_mode = "none"
         top: dict = {"collectives": {}}
+        # every key given so far, by where it applies (a module, all modules, the whole schedule): a degree given
+        # twice for the same place is a typo, not an override, whether in one segment or two
+        seen: dict[tuple[str, str], str] = {}
         for segment in filter(None, (s.strip() for s in text.split(";"))):
-            target = shared
+            target, scope = shared, "shared"
             if ":" in segment:
                 head, segment = segment.split(":", 1)
                 name = _MODULE_ALIASES.get(head.strip().lower())
                 if name is None:
                     raise UserInputError(f"--parallel: unknown module {head.strip()!r}; allowed: attn, moe, ffn")
-                target = modules.setdefault(name, {})
-            seen: dict[str, str] = {}  # this segment's keys: a degree given twice is a typo, not an override
+                target, scope = modules.setdefault(name, {}), name
             for item in filter(None, (s.strip() for s in segment.split(","))):
                 key, _, value = item.partition("=")
                 key = key.strip().lower()
-                if key in seen:
-                    raise UserInputError(f"--parallel: {key} is given twice in {segment.strip()!r} ({seen[key]!r} "
+                place = (scope if key in MODULE_DEGREES else "schedule", key)
+                if place in seen:
+                    raise UserInputError(f"--parallel: {key} is given twice in {text.strip()!r} ({seen[place]!r} "
                                          f"and {item!r}); give each degree once")
-                seen[key] = item
+                seen[place] = item
                 if key == "fsdp" and not value:
                     top["fsdp"] = True
                     continue
