@@ -213,3 +213,24 @@ def test_a_page_with_more_finished_studies_is_kept_unless_forced(cli, out_root, 
     assert page.read_text() == written
     assert _report(cli, empty, page, "--force").code == 0
     assert "0 of" in page.read_text()
+
+
+def test_study_list_tells_current_stale_and_unrun_runs_apart(cli, out_root, tmp_path):
+    # a copy of the quick runs, one of them recorded by other code: the list must tell it from the current ones
+    root = tmp_path / "runs"
+    shutil.copytree(out_root, root)
+    record = root / "pareto-quick" / RUN_RECORD
+    record.write_text(json.dumps({**json.loads(record.read_text()), "code_digest": "0" * 16}))
+    result = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(root), "--quick", "--json")
+    assert result.code == 0, result.err
+    status = {row["study"]: row["status"] for row in json.loads(result.out)}
+    assert status == {name: ("stale" if name == "pareto" else "current" if name in RUN else "not run")
+                      for name in RECIPES}
+    shown = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(root), "--quick")
+    assert f"{len(RECIPES) - 2} of {len(RECIPES)} need a run" in " ".join(shown.out.split())
+    # a fresh clone has no run folders yet: every study is listed as not run, with the command that runs it
+    fresh = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(tmp_path / "none"), "--json")
+    rows = json.loads(fresh.out)
+    assert fresh.code == 0 and {r["status"] for r in rows} == {"not run"} and len(rows) == len(RECIPES)
+    assert rows[0]["command"] == f"deepstack study run {STUDIES / rows[0]['study']}.toml --out " \
+                                 f"{tmp_path / 'none' / rows[0]['study']}"

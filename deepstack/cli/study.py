@@ -69,3 +69,31 @@ def study_report(
     missing = [s["study"] for s in result["studies"] if s["status"] != "finished"]
     report.console.print(f"wrote {result['to']}: {result['finished']} of {len(result['studies'])} studies"
                          + (f"; not run yet: {', '.join(missing)}" if missing else ""))
+
+
+@study_app.command("list")
+def study_list(
+    out_root: Annotated[str, typer.Option(help="Folder of the run folders <name> (or <name>-quick).")] = "studies/out",
+    quick: Annotated[bool, typer.Option("--quick", help="List the quick runs (<name>-quick folders).")] = False,
+    recipes: Annotated[str, typer.Option(help="Folder of the recipes <name>.toml and their README.md.")] = "studies",
+    json_out: JsonFlag = False,
+) -> None:
+    """List every study and its last run: current (made by the code now running), stale (made by other code:
+    its numbers may have moved) or not run yet; when it finished, how long it took, the command that runs it.
+
+    Example: deepstack study list
+    """
+    from deepstack.search.studies.results import duration, list_runs
+
+    rows = list_runs(recipes, out_root, quick)
+    if json_out:
+        report.print_json(rows)
+        return
+    shown = [{"study": r["study"], "status": r["status"], "finished (UTC)": r["finished_at"] or "",
+              "wall time": duration(r["wall_s"]) if r["wall_s"] is not None else "", "run it": r["command"]}
+             for r in rows]
+    report.table(f"{'quick runs' if quick else 'studies'} under {out_root}", shown)
+    waiting = [r["study"] for r in rows if r["status"] in ("stale", "not run")]
+    if waiting:
+        report.console.print(f"{len(waiting)} of {len(rows)} need a run before their results describe this code: "
+                             f"{', '.join(waiting)}")

@@ -102,12 +102,13 @@ def load_record(path: Path, study: str) -> dict[str, Any]:
 
 
 def collect(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
-            quick: bool = False) -> list[StudyRun]:
+            quick: bool = False, need_out_root: bool = True) -> list[StudyRun]:
     """Every recipe with the record of its run in ``out_root/<name>`` (``<name>-quick`` with ``quick``), each
     followed by its finished runs under another assumption set (``<name>-paper``, ...), named "<name> (paper
-    set)": the findings the paper-findings study leaves to those runs are on the page beside the default's."""
+    set)": the findings the paper-findings study leaves to those runs are on the page beside the default's.
+    A missing ``out_root`` is refused with ``need_out_root``, else no study has run."""
     recipes, out_root = Path(recipes), Path(out_root)
-    if not out_root.is_dir():
+    if need_out_root and not out_root.is_dir():
         raise UserInputError(f"--out-root {out_root}: no such folder; run a study first "
                              f"(deepstack study run {recipes / '<name>.toml'}{' --quick' if quick else ''})")
     runs = []
@@ -344,3 +345,29 @@ def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = D
                  "files": [str(r.folder / f) for f in r.record["files"]]} if r.record else {})}
             for r in runs],
     }
+
+
+def run_status(record: dict[str, Any] | None, digest: str) -> str:
+    """Whether a run's results are those the code now running would give: ``current``, ``stale`` (another code
+    digest made them: re-run it) or ``not run``."""
+    if record is None:
+        return "not run"
+    return "current" if record.get("code_digest") == digest else "stale"
+
+
+def list_runs(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
+              quick: bool = False) -> list[dict[str, Any]]:
+    """Every recipe's last run under ``out_root`` (and its other assumption sets' runs): its status against the
+    code now running (:func:`run_status`), when it finished, how long it took, and the command that (re-)runs it."""
+    from deepstack.search.studies.provenance import code_digest
+
+    digest = code_digest()
+    out = []
+    for run in collect(recipes, out_root, quick, need_out_root=False):
+        rec = run.record or {}
+        chosen = rec.get("assumptions", "default")
+        command = _run_command(run, Path(out_root), quick) + ("" if chosen == "default" else f" --assumptions {chosen}")
+        out.append({"study": run.name, "status": run_status(run.record, digest), "finished_at": rec.get("finished_at"),
+                    "wall_s": rec.get("wall_s"), "code_digest": rec.get("code_digest"), "folder": str(run.folder),
+                    "command": command})
+    return out
