@@ -71,7 +71,9 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 with stops.evaluating():
                     results = _solve(run_chunks, tasks, workers)
                 tick = _lap(clock, "evaluate", tick)
-            except KeyboardInterrupt:
+            except BaseException as exc:
+                if not stops.ended(exc):
+                    raise
                 run["interrupted"] = stops.name or "SIGINT"
                 return False
             told = [_tell(mirror, *job, record, run) for job in zip(asked, proposals, tasks, results, strict=True)]

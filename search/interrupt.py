@@ -46,6 +46,13 @@ class Interrupts:
     def stopped(self) -> bool:
         return self.signal is not None
 
+    def ended(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised out of a run, is the run's interruption: a KeyboardInterrupt, or any error once a
+        signal has arrived. A SIGTERM sent to the whole process group (``timeout``, ``kill -TERM -PGID``, a job
+        scheduler) reaches the pool's workers too, and a worker it ends breaks its pool before the parent's own
+        signal stops the run."""
+        return isinstance(exc, KeyboardInterrupt) or (self.signal is not None and isinstance(exc, Exception))
+
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[None]:
         """A span a signal may cut short (raises KeyboardInterrupt inside it, once)."""

@@ -48,16 +48,22 @@ def _complete(db: Path) -> int:
 RUN = ("optimize", "--space", "small", "--trials", "60", "--seed", "5")  # 36 of the 60 refine the front
 
 
-def _interrupt(cwd: Path, sig: int, study: str, run: tuple = RUN, after: int = 8) -> subprocess.CompletedProcess:
-    """Start a small-space study; once ``after`` trials are in the file, send ``sig``."""
+def _interrupt(cwd: Path, sig: int, study: str, run: tuple = RUN, after: int = 8,
+               group: bool = False) -> subprocess.CompletedProcess:
+    """Start a small-space study; once ``after`` trials are in the file, send ``sig`` (to its whole process group,
+    workers included, with ``group``)."""
     args = [_console_script(), *run, "--study", study, "--storage", f"sqlite:///{study}.db"]
-    process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=group)
     deadline = time.monotonic() + 300  # readiness guard only: a healthy run gets there in seconds
     while _complete(cwd / f"{study}.db") < after:
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    process.send_signal(sig)
+    if group:
+        os.killpg(process.pid, sig)
+    else:
+        process.send_signal(sig)
     out, err = process.communicate(timeout=300)
     return subprocess.CompletedProcess(args, process.returncode, out, err)
 
@@ -76,9 +82,13 @@ def uninterrupted(tmp_path_factory) -> dict:
     return {"out": json.loads(run.stdout), "trials": _trials(cwd, "u")}
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_path, sig, uninterrupted):
-    done = _interrupt(tmp_path, sig, "i")
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, False), (signal.SIGTERM, False),
+                                            (signal.SIGTERM, True)])
+def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_path, sig, group, uninterrupted):
+    # group: the signal reaches the workers too, as `timeout` and job schedulers send it (a worker it ended used
+    # to break the pool first: a BrokenProcessPool traceback, exit 1); two workers give the same study as one
+    run = (*RUN, "--workers", "2") if group else RUN
+    done = _interrupt(tmp_path, sig, "i", run, group=group)
     assert done.returncode == 130, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "no feasible" not in done.stderr + done.stdout, done.stderr
     name = signal.Signals(sig).name
@@ -93,7 +103,7 @@ def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_
 
     # the same command finishes the run: the study then holds exactly what the uninterrupted run left, trial by
     # trial, and the same front
-    again = run_in_process(*RUN, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
+    again = run_in_process(*run, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     out = json.loads(again.stdout)
     assert out["trials"] == 60 and out["added"] == 60 - kept and out["run"]["resumed_from"] == kept
@@ -105,7 +115,7 @@ def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_
     assert objectives(out["pareto"]) == objectives(uninterrupted["out"]["pareto"])
 
     # and a run after a finished one adds its trials again
-    more = run_in_process(*RUN, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
+    more = run_in_process(*run, "--study", "i", "--storage", "sqlite:///i.db", "--json", cwd=tmp_path)
     assert more.returncode == 0 and json.loads(more.stdout)["trials"] == 120
 
 

@@ -127,20 +127,27 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_sweep_says_what_it_kept_and_a_rerun_finishes_it(tmp_path, sig, uninterrupted):
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, False), (signal.SIGTERM, False),
+                                            (signal.SIGTERM, True)])
+def test_interrupted_sweep_says_what_it_kept_and_a_rerun_finishes_it(tmp_path, sig, group, uninterrupted):
     """A real `deepstack sweep` (two local workers) gets the signal once a chunk is written and both workers are
     up: exit 130, one line on stderr naming the chunks folder and the re-run, its workers gone; the same command
-    again reads those chunks back and ends with the uninterrupted run's front."""
+    again reads those chunks back and ends with the uninterrupted run's front. ``group``: the signal goes to the
+    whole process group, workers included, as ``timeout`` and job schedulers send it (a worker it ended used to
+    break the pool first: a BrokenProcessPool traceback, exit 1)."""
     exe = Path(sys.executable).parent / "deepstack"
     args = [str(exe) if exe.exists() else shutil.which("deepstack"), *SMALL_SWEEP, "--out", "out"]
     chunks = tmp_path / "out" / "chunks"
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=group)
     try:
         workers = _poll(lambda: any(chunks.glob("*.jsonl")) and len(c := _children(proc.pid)) >= 2 and c,
                         "a finished chunk and the sweep's two workers")
         assert proc.poll() is None, "the sweep finished before it could be interrupted"
-        proc.send_signal(sig)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         out, err = proc.communicate(timeout=DEADLINE_S)
     finally:
         if proc.poll() is None:

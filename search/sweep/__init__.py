@@ -141,7 +141,9 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
             with stops.evaluating(), runner as run_chunks:
                 return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
                                     run_chunks, started, tally)
-        except KeyboardInterrupt:
+        except BaseException as exc:
+            if not stops.ended(exc):
+                raise
             chunks = log.finished()
             raise RunInterruptedError(
                 f"interrupted by {stops.name or 'SIGINT'}: {chunks:,} finished chunk{'s' * (chunks != 1)} "
