@@ -365,7 +365,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     then ``run["interrupted"]`` names the signal and the next call with the same options finishes the run, as if
     never interrupted); write the Pareto front files and the hypervolume PNG."""
     refine = check_options(trials=trials, workers=workers, batch=batch, until_stall=until_stall, refine=refine,
-                           inner=inner, seed=seed)
+                           inner=inner, seed=seed, study=study)
     _sampler(sampler, seed)  # validate the name before touching any storage
     started = time.perf_counter()
     design_space = load_space(space)

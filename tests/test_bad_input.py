@@ -130,3 +130,12 @@ def test_a_refine_budget_above_the_trials_is_refused(cli, tmp_path):
                  f"sqlite:///{tmp_path / 'r.db'}")
     assert_user_error(result, "--refine: the local search's share of the run's --trials, so at most 4 (got 2000)")
     assert not (tmp_path / "r.db").exists()
+
+
+@pytest.mark.parametrize("name", ["a/b", "../evil", "", ".hidden", "-x"])
+def test_a_study_name_that_is_not_a_plain_name_is_refused(cli, tmp_path, monkeypatch, name):
+    # "a/b" ran every trial and then crashed writing its front; "../evil" split the storage and the front files
+    monkeypatch.chdir(tmp_path)
+    result = cli("optimize", "--space", "small", "--trials", "4", "--study", name)
+    assert_user_error(result, "--study: a name of letters, digits", repr(name))
+    assert list(tmp_path.rglob("*")) == []  # refused before any storage or folder was made
