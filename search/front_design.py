@@ -108,7 +108,7 @@ def load_front(path: str) -> dict:
                                  f"scenario and SRAM options), and {file} does not exist")
     try:
         data = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8 (a database given) or not JSON
         raise UserInputError(f"--front: cannot read {file} ({exc.__class__.__name__}); give the pareto.csv or "
                              "pareto.json that optimize or sweep wrote") from None
     if not isinstance(data, dict) or "pareto" not in data or "scenario" not in data:

@@ -175,6 +175,14 @@ def test_a_front_csv_without_its_json_names_both(cli, tmp_path):
     assert_user_error(result, str(tmp_path / "s.pareto.csv"), str(tmp_path / "s.pareto.json"), "does not exist")
 
 
+def test_a_database_given_as_the_front_is_a_one_line_error(cli, tmp_path):
+    # the study's .db (not UTF-8) used to raise UnicodeDecodeError with a traceback
+    database = tmp_path / "deepstack.db"
+    database.write_bytes(b"SQLite format 3\x00\xff\xfe" + bytes(range(256)))
+    result = cli("evaluate", "--design", "X", "--front", str(database))
+    assert_user_error(result, f"--front: cannot read {database}", "give the pareto.csv or pareto.json")
+
+
 def test_an_unknown_topology_shows_the_value_once(cli):
     result = cli("collective", "--op", "all_reduce", "--bytes", "1000", "--topology", "foo", "--dims", "8",
                  "--link-bw-GBps", "100", "--hop-latency-ns", "100")

@@ -99,6 +99,6 @@ def read_sweep(folder: str) -> tuple[dict, list[dict]]:
         summary = json.loads((path / "summary.json").read_text())
         with open(path / "points.csv", newline="") as fh:
             rows = list(csv.DictReader(fh))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8 or not JSON
         raise UserInputError(f"--sweep: {folder} is not a finished sweep folder ({exc.__class__.__name__})") from None
     return summary, rows
