@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from deepstack.errors import UserInputError
@@ -17,10 +16,14 @@ def app(storage_url: str):
     """The dashboard's WSGI application for ``storage_url`` (SQLite file must exist)."""
     import optuna_dashboard
 
-    if storage_url.startswith("sqlite:///") and not Path(storage_url.removeprefix("sqlite:///")).exists():
-        raise UserInputError(f"--storage: no study database at {storage_url.removeprefix('sqlite:///')}")
+    from deepstack.search.storage_paths import check_storage_folder, is_journal, storage_file
+
+    check_storage_folder(storage_url)  # a storage URL, in an existing folder
+    path = storage_file(storage_url)
+    if path is not None and not path.exists():
+        raise UserInputError(f"--storage: no study {'journal' if is_journal(storage_url) else 'database'} at {path}")
     storage = storage_url
-    if storage_url.startswith("journal:"):  # the form `optimize` documents; the dashboard takes a storage object
+    if is_journal(storage_url):  # the forms `optimize` documents; the dashboard takes a storage object
         from deepstack.search.optimize import open_storage
 
         storage = open_storage(storage_url)

@@ -518,6 +518,17 @@ def test_dashboard_user_error_is_one_line(cli, tmp_path):
                       "no study database")
 
 
+def test_a_bare_storage_path_and_a_missing_journal_are_named(cli, tmp_path, monkeypatch):
+    # a bare path used to meet a front-owner check that read it as another storage (optimize) or SQLAlchemy's
+    # "Could not parse URL" (dashboard); a missing journal, "Failed to guess storage class"
+    monkeypatch.chdir(tmp_path)
+    for command in (("optimize", "--space", "small", "--trials", "4"), ("dashboard", "--port", "0")):
+        assert_user_error(cli(*command, "--storage", "runs.db"), "--storage: 'runs.db' is not a storage URL",
+                          "sqlite:///runs.db")
+    assert_user_error(cli("dashboard", "--storage", "gone.log", "--port", "0"), "no study journal at gone.log")
+    assert list(tmp_path.iterdir()) == []  # nothing created
+
+
 def test_sweep_chunks_depend_on_the_tier_size_only():
     """A resumed sweep must cut its tiers as the interrupted one did, whatever the worker count."""
     from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, chunk_points
