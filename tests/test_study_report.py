@@ -102,8 +102,9 @@ def test_report_page_is_built_from_the_run_records(cli, out_root, tmp_path):
             continue
         folder = out_root / f"{name}-quick"
         record = json.loads((folder / RUN_RECORD).read_text())
-        # the overview row: wall time, rows, quick, finished — all from run.json
-        assert rows[name] == [duration(record["wall_s"]), str(record["rows"]), "yes", record["finished_at"]]
+        # the overview row: wall time, rows, quick, finished — all from run.json — and current (this code's)
+        assert rows[name] == [duration(record["wall_s"]), str(record["rows"]), "yes", record["finished_at"],
+                              "current"]
         # every key table, parsed back, equals the recorded one
         tables = _tables(section)
         assert [t[0] for t in tables] == [t["title"] for t in record["tables"]]
@@ -228,9 +229,50 @@ def test_study_list_tells_current_stale_and_unrun_runs_apart(cli, out_root, tmp_
                       for name in RECIPES}
     shown = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(root), "--quick")
     assert f"{len(RECIPES) - 2} of {len(RECIPES)} need a run" in " ".join(shown.out.split())
+    # the results page says the same of each run (it used to show a stale run as an ordinary finished one)
+    page = tmp_path / "page.md"
+    assert _report(cli, root, page).code == 0
+    table = {line.split("|")[1].strip(): line.split("|")[-2].strip() for line in page.read_text().splitlines()
+             if line.startswith("| [")}
+    assert table["[pareto](#pareto)"] == "stale (run on other code)"
+    assert table["[dram-layers](#dram-layers)"] == "current"
     # a fresh clone has no run folders yet: every study is listed as not run, with the command that runs it
     fresh = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(tmp_path / "none"), "--json")
     rows = json.loads(fresh.out)
     assert fresh.code == 0 and {r["status"] for r in rows} == {"not run"} and len(rows) == len(RECIPES)
     assert rows[0]["command"] == f"deepstack study run {STUDIES / rows[0]['study']}.toml --out " \
                                  f"{tmp_path / 'none' / rows[0]['study']}"
+
+
+def test_a_run_from_a_recipe_changed_since_is_stale(cli, out_root, tmp_path):
+    # the recipes copied beside the package's search/ (their NoC files resolve as before): all three runs current;
+    # then dram-layers' quick m values change
+    recipes = tmp_path / "studies"
+    shutil.copytree(STUDIES, recipes, ignore=shutil.ignore_patterns("out"))
+    (tmp_path / "search").symlink_to(STUDIES.parent / "search")
+
+    def status() -> dict[str, str]:
+        listed = cli("study", "list", "--recipes", str(recipes), "--out-root", str(out_root), "--quick", "--json")
+        return {row["study"]: row["status"] for row in json.loads(listed.out) if row["study"] in RUN}
+
+    assert status() == dict.fromkeys(RUN, "current")
+    dram = recipes / "dram-layers.toml"
+    text = dram.read_text()
+    quick = text[text.index("[quick]"):]
+    assert "m_values" in quick
+    dram.write_text(text.replace(quick, re.sub(r"m_values = \[[^]]*\]", "m_values = [1, 7, 8, 16]", quick)))
+    assert status() == {**dict.fromkeys(RUN, "current"), "dram-layers": "stale"}
+
+
+def test_the_inputs_digest_follows_the_files_a_recipe_names(tmp_path):
+    from deepstack.search.studies.provenance import inputs_digest
+
+    (tmp_path / "nocs").mkdir()
+    noc = tmp_path / "nocs" / "mine.toml"
+    noc.write_text("a = 1\n")
+    params = {"nocs": ["nocs/mine.toml", "tms1"], "m": 4}
+    before = inputs_digest(tmp_path, params)
+    assert inputs_digest(tmp_path, {**params}) == before
+    noc.write_text("a = 2\n")
+    assert inputs_digest(tmp_path, params) != before
+    assert inputs_digest(tmp_path, {**params, "m": 5}) != inputs_digest(tmp_path, params)

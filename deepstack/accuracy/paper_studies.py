@@ -16,9 +16,10 @@ from deepstack.errors import UserInputError
 from deepstack.search.studies import RUN_RECORD, run_folder_name
 from deepstack.search.studies.common import FINDINGS_TITLE
 from deepstack.search.studies.provenance import code_digest
-from deepstack.search.studies.results import load_record
+from deepstack.search.studies.results import DEFAULT_RECIPES, load_record, run_status
 
 DEFAULT_STUDIES = Path("studies") / "out"
+RECIPES = Path(DEFAULT_RECIPES)  # the recipes a run is held to (a run from a recipe since changed is stale)
 BOTH_SETS = "paper-findings"  # its one run evaluates both assumption sets; the others run once per set
 
 
@@ -61,8 +62,9 @@ def _record(out_root: Path, study: str, assumptions: str) -> tuple[dict | None, 
     except UserInputError as exc:
         return None, f"unreadable ({exc}): {_command(study, assumptions)}", ""
     source = f"{folder} (finished {record['finished_at']}, code {record.get('code_digest', 'unrecorded')})"
-    if record["quick"] or record.get("code_digest") != code_digest():
-        why = "a --quick run" if record["quick"] else "run on other code"
+    status, why = run_status(record, RECIPES / f"{study}.toml", code_digest())
+    if record["quick"] or status != "current":
+        why = "a --quick run" if record["quick"] else why
         return record, f"{STALE}, {why}: {_command(study, assumptions)}", source
     return record, "", source
 

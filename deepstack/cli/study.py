@@ -78,8 +78,9 @@ def study_list(
     recipes: Annotated[str, typer.Option(help="Folder of the recipes <name>.toml and their README.md.")] = "studies",
     json_out: JsonFlag = False,
 ) -> None:
-    """List every study and its last run: current (made by the code now running), stale (made by other code:
-    its numbers may have moved) or not run yet; when it finished, how long it took, the command that runs it.
+    """List every study and its last run: current (made by the code now running, from its recipe as it is now),
+    stale (made by other code, or the recipe or a file it names changed since: its numbers may have moved) or not
+    run yet; when it finished, how long it took, the command that runs it.
 
     Example: deepstack study list
     """
@@ -89,7 +90,8 @@ def study_list(
     if json_out:
         report.print_json(rows)
         return
-    shown = [{"study": r["study"], "status": r["status"], "finished (UTC)": r["finished_at"] or "",
+    shown = [{"study": r["study"], "status": r["status"] + (f": {r['why']}" if r["why"] else ""),
+              "finished (UTC)": r["finished_at"] or "",
               "wall time": duration(r["wall_s"]) if r["wall_s"] is not None else "", "run it": r["command"]}
              for r in rows]
     report.table(f"{'quick runs' if quick else 'studies'} under {out_root}", shown)

@@ -32,7 +32,7 @@ from deepstack.schema import StudyRecipe, load_file
 from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.executor import Tally
 from deepstack.search.files import check_output_folder, recorded, write_text_atomically
-from deepstack.search.studies.provenance import code_digest
+from deepstack.search.studies.provenance import code_digest, inputs_digest
 
 RUNNER_MODULES = ("dram_layers", "stacking", "temperatures", "system", "baseline", "ablation", "noc_sensitivity",
                   "fronts", "paper_findings")
@@ -183,12 +183,12 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def _jsonable(value: Any) -> Any:
+def json_parameters(value: Any) -> Any:
     """Parameters as plain JSON: lists and tables kept, every leaf through :func:`plain`."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): json_parameters(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [json_parameters(v) for v in value]
     return plain(value)
 
 
@@ -226,6 +226,15 @@ def _refuse_another_run(folder: Path, study: str, assumptions: str, quick: bool)
                              f"{', quick' if quick else ''}): give another folder, or remove that one first")
 
 
+def run_parameters(recipe: StudyRecipe, quick: bool, assumptions: str | None) -> dict[str, Any]:
+    """A run's parameters: the recipe's, its ``[quick]`` table over them for a quick run, and its assumption set
+    (``assumptions``, else the recipe's, else ``default``). The runner's own plain copy (lists and dicts, as the
+    file wrote them): the recipe itself is read-only."""
+    params = {**recipe.parameters.as_dict(), **(recipe.quick.as_dict() if quick else {})}
+    params["assumptions"] = assumptions or params.get("assumptions", "default")
+    return params
+
+
 def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
               assumptions: str | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Run one recipe; returns where its files went and how long it took (and writes it to ``run.json``).
@@ -241,10 +250,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     if recipe.runner not in available:
         raise UserInputError(f"{recipe_path}: runner: must be one of {', '.join(sorted(available))} "
                              f"(got {recipe.runner!r})")
-    # the runner's own plain copy (lists and dicts, as the file wrote them): the recipe itself is read-only
-    params = {**recipe.parameters.as_dict(), **(recipe.quick.as_dict() if quick else {})}
-    if assumptions is not None:
-        params["assumptions"] = assumptions
+    params = run_parameters(recipe, quick, assumptions)
     chosen = params.get("assumptions", "default")
     if chosen not in ASSUMPTION_SETS:
         raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
@@ -261,7 +267,8 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     write_text_atomically(record_path, _json({
         "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
         "assumptions": chosen, "code_digest": code_digest(),
-        "question": recipe.question, "parameters": _jsonable(params), "started_at": started_at,
+        "inputs_digest": inputs_digest(Path(recipe_path).resolve().parent, params),
+        "question": recipe.question, "parameters": json_parameters(params), "started_at": started_at,
         "finished_at": utc_now(), "wall_s": wall_s, "rows": context.rows_written,
         "files": [Path(f).relative_to(folder).as_posix() for f in dict.fromkeys(context.files)],
         "tables": context.tables,

@@ -9,10 +9,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 _PACKAGES = ("deepstack", "deepstack.models", "deepstack.search")  # three folders: models/ and search/ sit beside
 _SOURCES = ("*.py", "*.toml")  # the laws and runners, and the presets (chips, NoCs, models, spaces)
+_FILE_SUFFIXES = (".toml", ".yaml", ".yml", ".json")  # a parameter naming a file (a space, a NoC beside the recipe)
 
 
 def digest_of(roots: dict[str, Path]) -> str:
@@ -30,3 +34,30 @@ def digest_of(roots: dict[str, Path]) -> str:
 def code_digest() -> str:
     """The digest of the code now running (its three package folders)."""
     return digest_of({name: Path(importlib.import_module(name).__file__).parent for name in _PACKAGES})
+
+
+def _files_named(value: Any) -> Iterator[str]:
+    """Every string in a recipe's parameters (nested lists and tables too) that names a file."""
+    if isinstance(value, str) and value.lower().endswith(_FILE_SUFFIXES):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _files_named(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _files_named(item)
+
+
+def inputs_digest(recipe_folder: Path, params: dict[str, Any]) -> str:
+    """A digest (16 hex digits) of what a study run reads from outside the package: its parameters (the recipe's,
+    with the quick overlay and the assumption set) and the bytes of every file they name, resolved as the runner
+    resolves them (against the recipe's folder). A run whose inputs' digest differs from its recipe's today is
+    stale, whatever the code."""
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode())
+    for ref in sorted(set(_files_named(params))):
+        digest.update(f"\0{ref}\0".encode())
+        try:
+            digest.update((recipe_folder / ref).read_bytes())
+        except OSError:
+            digest.update(b"(missing)")
+    return digest.hexdigest()[:16]

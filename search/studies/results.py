@@ -21,7 +21,15 @@ from deepstack.errors import UserInputError
 from deepstack.schema import load_file
 from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.files import write_text_atomically
-from deepstack.search.studies import RUN_RECORD, markdown_table, run_folder_name, utc_now
+from deepstack.search.studies import (
+    RUN_RECORD,
+    json_parameters,
+    markdown_table,
+    run_folder_name,
+    run_parameters,
+    utc_now,
+)
+from deepstack.search.studies.provenance import code_digest, inputs_digest
 
 DEFAULT_RECIPES = "studies"
 DEFAULT_OUT_ROOT = "studies/out"
@@ -227,24 +235,29 @@ def render(runs: list[StudyRun], page: Path, out_root: Path, quick: bool, genera
         f"`{root}`{' (quick runs)' if quick else ''}. Do not edit by hand: run a study with "
         "`deepstack study run studies/<name>.toml`, then regenerate this page with `deepstack study report`._",
         "",
-        f"{len(finished)} of {len(runs)} studies have a finished run. The tables below are each study's key "
+        f"{len(finished)} of {len(runs)} studies have a finished run; the last column says whether each was made "
+        "by the code that wrote this page, from its recipe as it was then (`deepstack study list` says the same "
+        "for the code checked out now). The tables below are each study's key "
         "tables as its run recorded them; its `summary.md` says what they show. Figures, summaries and data "
         f"live in the run folders under `{root}`, which are not committed: run the studies to see them.",
         "",
-        "| study | wall time | rows | quick? | finished (UTC) |",
-        "|---|---|---|---|---|",
+        "| study | wall time | rows | quick? | finished (UTC) | when this page was made |",
+        "|---|---|---|---|---|---|",
     ]
+    digest = code_digest()
     for run in runs:
         name = f"[{run.name}](#{_slug(run.name)})"
         if run.record:
             rec = run.record
+            status, why = run_status(rec, run.recipe, digest)
             lines.append(f"| {name} | {duration(rec['wall_s'])} | {rec['rows']} | "
-                         f"{'yes' if rec['quick'] else 'no'} | {rec['finished_at']} |")
+                         f"{'yes' if rec['quick'] else 'no'} | {rec['finished_at']} | "
+                         f"{status}{f' ({why})' if why else ''} |")
         else:
-            lines.append(f"| {name} | not run yet | | | |")
+            lines.append(f"| {name} | not run yet | | | | |")
     if finished:
         total = sum(r.record["wall_s"] for r in finished)
-        lines.append(f"| total | {duration(total)} | {sum(r.record['rows'] for r in finished)} | | |")
+        lines.append(f"| total | {duration(total)} | {sum(r.record['rows'] for r in finished)} | | | |")
     lines.append("")
     lines += changes
     lines += _paper_vs_default(runs, out_root, quick)
@@ -298,7 +311,7 @@ def _paper_vs_default(runs: list[StudyRun], out_root: Path, quick: bool) -> list
             "Read from: " + "; ".join(f"`{s}`" for s in found["sources"]) + ".", ""]
 
 
-_FINISHED = re.compile(r"^(\d+) of (\d+) studies have a finished run\.", re.MULTILINE)
+_FINISHED = re.compile(r"^(\d+) of (\d+) studies have a finished run[.;]", re.MULTILINE)
 
 
 def _refuse_fewer_runs(page: Path, finished: int, out_root: Path) -> None:
@@ -347,27 +360,44 @@ def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = D
     }
 
 
-def run_status(record: dict[str, Any] | None, digest: str) -> str:
-    """Whether a run's results are those the code now running would give: ``current``, ``stale`` (another code
-    digest made them: re-run it) or ``not run``."""
+def run_status(record: dict[str, Any] | None, recipe: Path, digest: str) -> tuple[str, str]:
+    """Whether a run's results are those the code now running would give on its recipe as it is now: (``current``,
+    ""), (``stale``, why: other code made them, or the recipe's parameters or a file they name changed since) or
+    (``not run``, ""). A recipe that cannot be read (or a record without an inputs digest, held to its recorded
+    parameters alone, or without either) never makes a run stale by itself."""
     if record is None:
-        return "not run"
-    return "current" if record.get("code_digest") == digest else "stale"
+        return "not run", ""
+    if record.get("code_digest") != digest:
+        return "stale", "run on other code"
+    try:
+        params = run_parameters(load_file(str(recipe), expected_kind="study"), bool(record["quick"]),
+                                record.get("assumptions"))
+    except (UserInputError, OSError):
+        return "current", ""
+    recorded = record.get("inputs_digest")
+    if recorded is not None:
+        changed = recorded != inputs_digest(recipe.resolve().parent, params)
+    elif isinstance(record.get("parameters"), dict):
+        changed = {"assumptions": "default", **record["parameters"]} != json_parameters(params)
+    else:  # a record that names neither vouches for its code alone
+        changed = False
+    if changed:
+        return "stale", f"run before {recipe} (its parameters or a file they name) changed"
+    return "current", ""
 
 
 def list_runs(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
               quick: bool = False) -> list[dict[str, Any]]:
     """Every recipe's last run under ``out_root`` (and its other assumption sets' runs): its status against the
     code now running (:func:`run_status`), when it finished, how long it took, and the command that (re-)runs it."""
-    from deepstack.search.studies.provenance import code_digest
-
     digest = code_digest()
     out = []
     for run in collect(recipes, out_root, quick, need_out_root=False):
         rec = run.record or {}
         chosen = rec.get("assumptions", "default")
         command = _run_command(run, Path(out_root), quick) + ("" if chosen == "default" else f" --assumptions {chosen}")
-        out.append({"study": run.name, "status": run_status(run.record, digest), "finished_at": rec.get("finished_at"),
+        status, why = run_status(run.record, run.recipe, digest)
+        out.append({"study": run.name, "status": status, "why": why, "finished_at": rec.get("finished_at"),
                     "wall_s": rec.get("wall_s"), "code_digest": rec.get("code_digest"), "folder": str(run.folder),
                     "command": command})
     return out
