@@ -84,6 +84,7 @@ def test_a_quick_run_is_never_a_verdict(cli, tmp_path):
     result = cli("study", "run", str(STUDIES / "3d-vs-2.5d.toml"), "--quick", "--assumptions", "paper",
                  "--out", str(out))
     assert result.code == 0, result.err
+    assert "never read" not in result.err  # flip_batches, read under the paper set only, is read up front
     record = json.loads((out / "run.json").read_text())
     assert record["code_digest"] == code_digest()
     placeholder = {**PLACEHOLDER, "finding": "R11"}

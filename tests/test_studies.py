@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 from conftest import assert_run_record, assert_user_error
@@ -58,6 +59,29 @@ def test_a_folder_holding_another_studys_run_is_refused(cli, tmp_path):
                       "not of parallelism-spread (paper set, quick)")
     assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == before
     assert cli("study", "run", recipe, "--quick", "--out", str(tmp_path)).code == 0
+
+
+def test_a_recipe_value_out_of_range_is_one_line_and_leaves_no_folder(cli, tmp_path):
+    # l1_KiB = [-1] in [quick] used to end in a pydantic ValidationError traceback, leaving an empty --out folder
+    text = (STUDIES / "dram-layers.toml").read_text()
+    quick = text[text.index("[quick]"):]
+    recipe = tmp_path / "dram-layers.toml"
+    recipe.write_text(text.replace(quick, re.sub(r"l1_KiB = \[[^]]*\]", "l1_KiB = [-1]", quick)))
+    result = cli("study", "run", str(recipe), "--quick", "--out", str(tmp_path / "out"))
+    assert_user_error(result, f"{recipe}: a parameter of [quick] is out of range", "l1_KiB", "greater than 0")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_misspelt_recipe_parameter_is_named(cli, tmp_path):
+    # "chp" for "chip" ran with the default chip, silently
+    recipe = tmp_path / "dram-layers.toml"
+    recipe.write_text((STUDIES / "dram-layers.toml").read_text().replace("\nchip = ", "\nchp = ", 1))
+    result = cli("study", "run", str(recipe), "--quick", "--out", str(tmp_path / "out"))
+    assert result.code == 0
+    assert "runner dram_layers never read parameters.chp" in result.err
+    # every shipped recipe's runner reads every parameter it is given
+    shipped = cli("study", "run", str(STUDIES / "dram-layers.toml"), "--quick", "--out", str(tmp_path / "o2"))
+    assert shipped.code == 0 and "never read" not in shipped.err
 
 
 def test_a_study_named_without_its_recipe_file_points_to_it(cli, monkeypatch):

@@ -48,6 +48,7 @@ def _run(cli, tmp_path_factory, cache: dict, name: str) -> dict:
         result = cli("study", "run", str(STUDIES / f"{name}.toml"), "--quick", "--out", str(out), "--json")
         assert result.code == 0, (result.out, result.err)
         cache[name] = result.json()
+        assert cache[name]["unread_parameters"] == []  # the runner reads every parameter its recipe gives
     return cache[name]
 
 

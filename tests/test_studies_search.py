@@ -113,6 +113,7 @@ def test_quick_recipe_runs_and_its_numbers_hold(cli, tmp_path, name):
     csv_name, columns, check = RECIPES[name]
     result = cli("study", "run", str(STUDIES / f"{name}.toml"), "--quick", "--out", str(tmp_path), "--json")
     assert result.code == 0, result.err
+    assert result.json()["unread_parameters"] == []  # the runner reads every parameter its recipe gives
     files = [Path(f) for f in result.json()["files"]]
     assert all(f.exists() and f.parent == tmp_path for f in files)
     table = tmp_path / csv_name

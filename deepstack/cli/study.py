@@ -3,6 +3,7 @@ by deepstack/cli/__init__.py."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -41,6 +42,10 @@ def study_run(
                          f"{result['rows']} rows in {result['wall_s']:.1f} s → {result['out']}")
     for path in [*result["files"], result["record"]]:
         report.console.print(f"  {path}")
+    if result["unread_parameters"]:
+        names = ", ".join(f"parameters.{key}" for key in result["unread_parameters"])
+        print(f"deepstack: warning: runner {result['runner']} never read {names} of {recipe}: a misspelt "
+              "parameter leaves its default in force", file=sys.stderr)
 
 
 @study_app.command("report")

@@ -27,8 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from deepstack.errors import UserInputError
 from deepstack.schema import StudyRecipe, load_file
+from deepstack.schema.loader import describe_validation_error
 from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.executor import Tally
 from deepstack.search.files import check_output_folder, recorded, write_text_atomically
@@ -59,6 +62,31 @@ def runners() -> dict[str, Callable]:
             if exc.name != f"{__name__}.{module}":
                 raise
     return dict(_RUNNERS)
+
+
+class ReadParameters(dict):
+    """A run's parameters that remember which of them the runner read (``read``): a recipe's parameter no runner
+    reads is most likely a typo (``chp`` for ``chip``), which would otherwise leave the default in force silently."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key) -> bool:
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def unread(self) -> list[str]:
+        """The parameters the runner never read (the assumption set is every run's, read or not)."""
+        return sorted(set(self) - self.read - {"assumptions"})
 
 
 @dataclass
@@ -257,12 +285,21 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     folder = Path(out or Path("studies") / "out" / run_folder_name(recipe.name, chosen, quick))
     check_output_folder(folder)
     _refuse_another_run(folder, recipe.name, chosen, quick)
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     record_path = folder / RUN_RECORD
     record_path.unlink(missing_ok=True)  # a stale record would vouch for files this run is about to replace
-    context = StudyContext(recipe, params, quick, folder, Path(recipe_path).resolve().parent, tally=Tally(progress))
+    context = StudyContext(recipe, ReadParameters(params), quick, folder, Path(recipe_path).resolve().parent,
+                           tally=Tally(progress))
     started_at, started = utc_now(), time.perf_counter()
-    available[recipe.runner](context)
+    try:
+        available[recipe.runner](context)
+    except ValidationError as exc:  # a parameter out of range, met where the runner builds a model from it
+        raise UserInputError(f"{recipe_path}: a parameter{' of [quick]' if quick else ''} is out of range: "
+                             f"{exc.title} {describe_validation_error(BaseModel, exc)}") from None
+    finally:
+        if created and folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()  # a run refused before it wrote anything leaves no folder behind
     wall_s = time.perf_counter() - started
     write_text_atomically(record_path, _json({
         "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
@@ -274,4 +311,5 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
         "tables": context.tables,
     }) + "\n")
     return {"study": recipe.name, "runner": recipe.runner, "quick": quick, "out": str(folder),
-            "files": context.files, "rows": context.rows_written, "wall_s": wall_s, "record": str(record_path)}
+            "files": context.files, "rows": context.rows_written, "wall_s": wall_s, "record": str(record_path),
+            "unread_parameters": context.params.unread()}

@@ -107,6 +107,7 @@ def baseline_comparison(ctx: StudyContext) -> None:
     stackings = stacking_grid(ctx, square=False)
     top_stacking, top_noc = _positive(ctx, "stacking_top_points", 1), _positive(ctx, "noc_top_points", 2)
     max_pp, workers = _positive(ctx, "per_module_max_pp", 4), workers_of(ctx)
+    flip_batches = ctx.param("flip_batches", [1, 1024])  # read up front: the paper set's last stage uses them
 
     keys = [(model, phase, batch) for model in models for phase in phases for batch in batches]
     pools = [_Pool(scenario_of(ctx, *key)) for key in keys]
@@ -124,7 +125,7 @@ def baseline_comparison(ctx: StudyContext) -> None:
     _plot_speedups(ctx, rows, models, phases, batches, m, n)
     effects = []
     if ctx.param("assumptions", "default") == assumptions.PAPER:
-        effects = _assumption_effects(ctx, keys, pools, rows, hw_3d, area_mm2, max_pp, workers)
+        effects = _assumption_effects(ctx, keys, pools, rows, hw_3d, area_mm2, max_pp, workers, flip_batches)
     _write_summary(ctx, rows, points, area_mm2, m, n, stackings, Path(baseline_noc).stem, effects)
 
 
@@ -211,14 +212,14 @@ FLIP_FINDINGS = ("R8", "R9", "R10")
 
 
 def _assumption_effects(ctx: StudyContext, keys: list[tuple], pools: list[_Pool], rows: list[dict],
-                        hw_3d: list[Hardware], area_mm2: float, max_pp: int, workers: int) -> list[dict]:
-    """R8–R10 with each paper choice put back to the default alone: the decode scenarios of the run at
-    ``flip_batches`` re-searched (every schedule) on the paper set's best fixed-stack and searched 3D designs and
-    on both baselines (their network as that set reads Table 3), each compared as the main run compares (the
-    searched column is the better of the two 3D designs under that set). The 3D designs stay the paper set's, so
-    a row says what the choice does to the comparison the paper makes, not which other chip it would pick. Writes
+                        hw_3d: list[Hardware], area_mm2: float, max_pp: int, workers: int,
+                        batches: list[int]) -> list[dict]:
+    """R8–R10 with each paper choice put back to the default alone: the decode scenarios of the run at ``batches``
+    (the recipe's ``flip_batches``) re-searched (every schedule) on the paper set's best fixed-stack and searched 3D
+    designs and on both baselines (their network as that set reads Table 3), each compared as the main run compares
+    (the searched column is the better of the two 3D designs under that set). The 3D designs stay the paper set's,
+    so a row says what the choice does to the comparison the paper makes, not which other chip it would pick. Writes
     ``assumption_effects.csv`` (one row per set and scenario) and returns one summary row per choice."""
-    batches = ctx.param("flip_batches", [1, 1024])
     chosen = [(key, pool) for key, pool in zip(keys, pools, strict=True) if key[1] == "decode" and key[2] in batches]
     if not chosen:
         return []
