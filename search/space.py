@@ -35,7 +35,22 @@ def load_space(value: str | None) -> DesignSpace:
         path = SPACES_DIR / f"{value}.toml"
     else:
         raise UserInputError(f"--space: unknown space {value!r}; allowed: {', '.join(space_names())} or a file path")
-    return _resolve_relative(load_file(path, expected_kind="space"), path.resolve().parent)
+    space = _resolve_relative(load_file(path, expected_kind="space"), path.resolve().parent)
+    _check_references(space, path)
+    return space
+
+
+def _check_references(space: DesignSpace, path: Path) -> None:
+    """Refuse, naming the file and its field, a model, chip or NoC the space names that does not exist: a search
+    met it only later, without naming where it was, and ``validate`` not at all."""
+    for where, kind, names in (("scenarios.models", "llms", space.scenarios.models),
+                               ("hardware.chips", "chips", space.hardware.chips),
+                               ("hardware.nocs", "nocs", space.hardware.nocs)):
+        for name in names:
+            try:
+                catalog.load(kind, name)
+            except UserInputError as exc:
+                raise UserInputError(f"{path}: {where}: {exc}") from None
 
 
 def _resolve_relative(space: DesignSpace, folder: Path) -> DesignSpace:

@@ -139,3 +139,24 @@ def test_a_study_name_that_is_not_a_plain_name_is_refused(cli, tmp_path, monkeyp
     result = cli("optimize", "--space", "small", "--trials", "4", "--study", name)
     assert_user_error(result, "--study: a name of letters, digits", repr(name))
     assert list(tmp_path.rglob("*")) == []  # refused before any storage or folder was made
+
+
+@pytest.mark.parametrize(("axis", "value", "needle"), [
+    ({"model": "nosuch"}, "scenarios.models", "unknown model 'nosuch'"),
+    ({"chips": ("standard", "nochip")}, "hardware.chips", "unknown chip 'nochip'"),
+])
+def test_validate_checks_the_presets_a_space_names(cli, tmp_path, axis, value, needle):
+    # such a space used to pass validate ("ok") and fail only in a search, without naming the file or field
+    from conftest import write_space
+
+    space = write_space(tmp_path / "s.toml", **axis)
+    for command in (("validate", str(space)), ("optimize", "--space", str(space), "--trials", "2",
+                                                "--storage", f"sqlite:///{tmp_path / 's.db'}")):
+        assert_user_error(cli(*command), f"{space}: {value}: {needle}")
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_validate_checks_a_study_recipes_runner(cli, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('kind = "study"\nname = "r"\nrunner = "nosuch"\nquestion = "q"\n')
+    assert_user_error(cli("validate", str(recipe)), f"{recipe}: runner: must be one of", "(got 'nosuch')")

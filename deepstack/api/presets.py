@@ -121,4 +121,13 @@ def template(what: str) -> dict[str, Any]:
 def validate_file(path: str) -> dict[str, Any]:
     """Validate any schema file; returns its kind, name and normalised content."""
     obj = load_file(path)
+    if obj.kind == "space":  # the models, chips and NoCs it names must exist too
+        from deepstack.search.space import load_space
+
+        load_space(path if "/" in path or path.lower().endswith((".toml", ".yaml", ".yml", ".json")) else f"./{path}")
+    elif obj.kind == "study":  # its runner must exist
+        from deepstack.search.studies import runners
+
+        if obj.runner not in runners():
+            raise UserInputError(f"{path}: runner: must be one of {', '.join(sorted(runners()))} (got {obj.runner!r})")
     return {"valid": True, "kind": obj.kind, "name": getattr(obj, "name", None), "content": obj.model_dump(mode="json")}
