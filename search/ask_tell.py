@@ -17,7 +17,7 @@ from deepstack.models.parallel.strategies import Strategy
 from deepstack.search import bilevel, executor
 from deepstack.search.feasibility import Proposal
 from deepstack.search.space import HardwarePoint
-from deepstack.search.study_record import COUNTS, StudyRecord
+from deepstack.search.study_record import StudyRecord, trial_counts
 
 QUEUED_EXACT = ("warm_start", "retry_of", "requeued")  # queued trials solved exactly (their user attributes)
 REFINE_BATCH = 32  # trials per batch of the local search (no sampler waits on them)
@@ -28,8 +28,8 @@ PHASES = ("ask", "repair", "evaluate", "store", "bookkeeping", "setup", "front")
 
 
 def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until_stall: int | None, progress, log,
-        stops, inner: str, refine: int = 0, told: int = 0) -> dict:
-    """Tell ``trials`` trials (``told`` of them already in the study: a cut-short run being finished), unless the
+        stops, inner: str, refine: int = 0, earlier: tuple = ()) -> dict:
+    """Tell ``trials`` trials (``earlier`` of them already in the study: a cut-short run being finished), unless the
     hypervolume stalls or a signal comes. The last ``refine`` of them are local search around the front
     (:func:`_refine`); trials it does not need go back to the sampler. Per batch: ask on the mirror (reseeded from
     the study's trial count, so a resumed run proposes what the uninterrupted one would), solve the hardware
@@ -38,8 +38,9 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
     objectives = list(problem.objectives)
     tick = time.perf_counter()
     record = StudyRecord.load(the_study, objectives)
-    run = {"told": told, "planned": trials, "resumed_from": told, "refined": 0, "interrupted": None, "stalled": False,
-           **{k: 0 for k in COUNTS}}
+    # the counts are the run's, its cut-short part's trials included (as "told" is)
+    run = {"told": len(earlier), "planned": trials, "resumed_from": len(earlier), "refined": 0, "interrupted": None,
+           "stalled": False, **trial_counts(list(earlier))}
     clock = run["timing_s"] = {phase: 0.0 for phase in PHASES}
     tick = _lap(clock, "setup", tick)  # once per run: reading what the study holds
     mirror.refresh()

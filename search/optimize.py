@@ -400,7 +400,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
     with Interrupts() as stops:
         try:
             run = ask_tell.run(Mirror(the_study, sampler, seed, this_run.key), the_study, problem, trials, batch,
-                               workers, until_stall, progress, log, stops, inner, refine, this_run.told)
+                               workers, until_stall, progress, log, stops, inner, refine, this_run.earlier)
         finally:
             if run is not None and not run["interrupted"]:
                 this_run.finish()
@@ -412,7 +412,8 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
                                         storage_identity(storage_url))
     if stops.signal is not None and not run["interrupted"]:
         raise RunInterruptedError(f"interrupted by {stops.name} after the run's last trial: the study holds its "
-                                  f"{_finished(the_study):,} trials and the front files in {folder}/ are complete")
+                                  f"{_finished(the_study):,} trials and the front files in {folder}/ are complete "
+                                  "(the run had finished: the same command again would add a new run's trials)")
     run.update({"seed": seed, "batch": batch})
     return OptimizeResult(study, storage_url, _finished(the_study), run["told"] - run["resumed_from"],
                           list(objectives), front, files, wall, run)

@@ -60,6 +60,7 @@ class RunRecord:
                      if record.get("plan") == plan and not _alive(record, last.get(key, 0.0))]
         self.key = adoptable[0] if adoptable else uuid.uuid4().hex[:12]
         self.told = told.get(self.key, 0)
+        self.earlier = [t for t in trials if t.system_attrs.get(RUN_ATTR) == self.key]  # what its cut-short part told
         self.resumed = bool(adoptable)
         self.save()
 

@@ -149,7 +149,11 @@ def trial_solve(trial) -> dict:
 
 def study_counts(study) -> dict[str, int]:
     """The study's repaired and infeasible proposals and its completed trials over the thermal limit."""
-    trials = study.get_trials(deepcopy=False)
+    return trial_counts(study.get_trials(deepcopy=False))
+
+
+def trial_counts(trials: list) -> dict[str, int]:
+    """Of ``trials``: the repaired and infeasible proposals and the completed trials over the thermal limit."""
     solves = [trial_solve(t) for t in trials]
     return {"repaired": sum(bool(s.get("repaired")) for s in solves),
             "infeasible": sum(bool(s.get("infeasible")) for s in solves),

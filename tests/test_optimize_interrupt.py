@@ -109,6 +109,10 @@ def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_
     assert out["trials"] == 60 and out["added"] == 60 - kept and out["run"]["resumed_from"] == kept
     assert _trials(tmp_path, "i") == uninterrupted["trials"]
     assert out["run"]["hypervolume"] == uninterrupted["out"]["run"]["hypervolume"]
+    # the run's counts are the whole run's, its cut-short part included, as "told" is (repaired used to count
+    # only the finishing part's proposals)
+    counts = ("told", "repaired", "infeasible", "over_thermal_limit")
+    assert {k: out["run"][k] for k in counts} == {k: uninterrupted["out"]["run"][k] for k in counts}
     def objectives(rows):
         return [(r["stps"], r["tokens_per_joule"], r["chip"], r["schedule"]) for r in rows]
 
@@ -266,6 +270,7 @@ def test_a_signal_while_the_front_is_written_waits_for_the_last_file(tmp_path, m
     assert done.returncode == 130, done.stderr[-3000:]
     assert done.stderr.startswith("deepstack: interrupted by SIGINT after the run's last trial: the study holds "
                                   "its 60 trials") and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "the run had finished: the same command again would add a new run's trials" in done.stderr
     assert _trials(tmp_path, "u") == uninterrupted["trials"]
     front = json.loads((tmp_path / "u.pareto.json").read_text())["pareto"]
     expected = uninterrupted["out"]["pareto"]
