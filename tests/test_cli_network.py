@@ -41,6 +41,14 @@ def test_strategies_rules_then_memory_prune_more(cli):
     memory = cli("strategies", "--devices", "256", *DEEPSEEK_DECODE, "--chip", "standard", "--count")
     assert memory.code == 0
     assert 0 < int(memory.out.strip()) < 804
+    # without --model the memory check cannot run: --chip (or a scenario flag) is refused, not ignored (it used to
+    # print the unpruned 2,574 as if checked)
+    from conftest import assert_user_error
+
+    assert_user_error(cli("strategies", "--devices", "256", "--chip", "standard", "--count"),
+                      "--chip: applies only with --model")
+    assert_user_error(cli("strategies", "--devices", "256", "--phase", "foo", "--batch", "0"),
+                      "--phase, --batch: apply only with --model")
 
 
 def test_strategies_json_lists_count_pruned_and_strategies(cli):

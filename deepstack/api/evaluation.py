@@ -106,6 +106,15 @@ def strategies(*, devices: int, model: str | None = None, phase: str = "decode",
     if not 1 <= devices <= 1 << 20:
         raise UserInputError(f"--devices: must be an integer in 1..{1 << 20} (got {devices})")
     if model is None:
+        given = {"--chip": chip is not None, "--stacked-layers": stacked_layers is not None,
+                 "--connected-layers": connected_layers is not None,
+                 "--prefill-chunk-tokens": prefill_chunk_tokens is not None, "--phase": phase != "decode",
+                 "--batch": batch != 1, "--input-len": input_len != 1024, "--output-len": output_len != 1024,
+                 "--precision": precision is not None}
+        ignored = [flag for flag, is_given in given.items() if is_given]
+        if ignored:  # they used to be ignored silently: every strategy listed, no pruning or memory check
+            raise UserInputError(f"{', '.join(ignored)}: {'apply' if len(ignored) > 1 else 'applies'} only with "
+                                 "--model (the pruning rules and the memory check need the model); add --model")
         kept = enumerate_strategies(devices)
         pruned: dict[str, int] = {}
     else:
