@@ -38,6 +38,22 @@ def test_unknown_key(cli, tmp_path):
                       "allowed: matrix_flops_per_cycle")
 
 
+def test_misspelt_keys_are_named_before_the_keys_they_leave_missing(cli, tmp_path):
+    # four misspelt keys: the one-line message is capped at five errors, and the missing keys the misspellings
+    # caused came first, hiding the unknown ones behind "(and N more errors)"
+    import re
+
+    text = STANDARD
+    for key in ("process_nm", "clock_GHz", "tdp_W", "l0_KiB"):
+        text = re.sub(rf"^{key} = ", f"{key.lower()}x = ", text, count=1, flags=re.M)
+    path = tmp_path / "chip.toml"
+    path.write_text(text)
+    result = cli("validate", str(path))
+    assert_user_error(result, "process_nmx: unknown key", "clock_ghzx: unknown key", "tdp_wx: unknown key",
+                      "pe.l0_kibx: unknown key")
+    assert result.err.count("allowed: name, description") == 1  # each list of allowed keys once
+
+
 @pytest.mark.parametrize(("suffix", "text"), [
     (".toml", 'kind = "schedule"\npp = 2\npp = 4\n'),
     (".yaml", "kind: schedule\npp: 2\npp: 4\n"),

@@ -114,8 +114,15 @@ SHOWN_ERRORS = 5  # a file's validation errors listed in the one line (the rest 
 
 def describe_validation_error(cls: type[BaseModel], exc: ValidationError) -> str:
     """One line naming each wrong field (up to :data:`SHOWN_ERRORS`, "; "-separated) and what is allowed."""
-    errors = exc.errors(include_url=False)
-    shown = "; ".join(_describe_one(cls, error) for error in errors[:SHOWN_ERRORS])
+    # unknown keys first: a misspelt key is usually why a required one is "missing", and the shown ones are capped
+    errors = sorted(exc.errors(include_url=False), key=lambda error: error.get("type") != "extra_forbidden")
+    parts, listed = [], set()
+    for error in errors[:SHOWN_ERRORS]:
+        part = _describe_one(cls, error)
+        head, _, allowed = part.partition("; allowed: ")
+        parts.append(head if allowed in listed else part)  # each list of allowed keys once
+        listed.add(allowed)
+    shown = "; ".join(parts)
     more = len(errors) - SHOWN_ERRORS
     return shown + (f" (and {more} more error{'s' * (more > 1)})" if more > 0 else "")
 
