@@ -6,12 +6,15 @@ import contextlib
 import json
 import math
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from deepstack.jsonutil import finite
+
+BAR_REDRAW_S = 0.05  # a progress bar is redrawn on an update at most this often (rich's own timer: 0.1 s)
 
 # Wide when piped (logs, CI), the terminal's width otherwise.
 console = Console(width=None if sys.stdout.isatty() else 180)
@@ -166,7 +169,18 @@ def progress_bar(label: str, total: int | None, enabled: bool = True):
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(label, total=total)
-        yield lambda done, total: bar.update(task, total=total, completed=min(done, total))
+        drawn = [0.0]
+
+        def advance(done: int, total: int | None) -> None:
+            # drawn now (at most every BAR_REDRAW_S): a line printed above the bar redraws the bar as last drawn,
+            # and the timed redraw may wait for a busy interpreter, so the bar lagged a batch behind the log
+            now = time.monotonic()
+            redraw = now - drawn[0] >= BAR_REDRAW_S
+            bar.update(task, total=total, completed=min(done, total), refresh=redraw)
+            if redraw:
+                drawn[0] = now
+
+        yield advance
 
 
 def pareto(result: dict[str, Any]) -> None:
