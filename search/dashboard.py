@@ -16,9 +16,9 @@ def app(storage_url: str):
     """The dashboard's WSGI application for ``storage_url`` (SQLite file must exist)."""
     import optuna_dashboard
 
-    from deepstack.search.storage_paths import check_storage_folder, is_journal, storage_file
+    from deepstack.search.storage_paths import check_storage_url, is_journal, storage_file
 
-    check_storage_folder(storage_url)  # a storage URL, in an existing folder
+    check_storage_url(storage_url)
     path = storage_file(storage_url)
     if path is not None and not path.exists():
         raise UserInputError(f"--storage: no study {'journal' if is_journal(storage_url) else 'database'} at {path}")

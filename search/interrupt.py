@@ -13,6 +13,7 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+from concurrent.futures import BrokenExecutor
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 EXIT_STATUS = 130  # the shell's status for a run ended by Ctrl-C (128 + SIGINT)
@@ -47,11 +48,11 @@ class Interrupts:
         return self.signal is not None
 
     def ended(self, exc: BaseException) -> bool:
-        """Whether ``exc``, raised out of a run, is the run's interruption: a KeyboardInterrupt, or any error once a
-        signal has arrived. A SIGTERM sent to the whole process group (``timeout``, ``kill -TERM -PGID``, a job
-        scheduler) reaches the pool's workers too, and a worker it ends breaks its pool before the parent's own
-        signal stops the run."""
-        return isinstance(exc, KeyboardInterrupt) or (self.signal is not None and isinstance(exc, Exception))
+        """Whether ``exc``, raised out of a run, is the run's interruption: a KeyboardInterrupt, or a broken worker
+        pool once a signal has arrived. A SIGTERM sent to the whole process group (``timeout``, ``kill -TERM
+        -PGID``, a job scheduler) reaches the pool's workers too, and a worker it ends breaks its pool before the
+        parent's own signal stops the run. Any other error stays what it is."""
+        return isinstance(exc, KeyboardInterrupt) or (self.signal is not None and isinstance(exc, BrokenExecutor))
 
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[None]:

@@ -12,7 +12,8 @@ DEFAULT_SEED = 0  # every run of the same command proposes the same points (--se
 DEFAULT_TRIALS = 1000  # a run's trials (the main job's): enough for the local search to reach the front's corner
 DEFAULT_BATCH = 4  # trials asked, solved (on the worker pool) and told together
 INNER = ("screen", "exact")  # how a sampled point's schedules are solved (search/bilevel.py)
-STUDY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")  # the front files and default storage are named after it
+# the front files and the default storage are named after the study: no folder separator, hidden or empty name
+BAD_STUDY_NAME = re.compile(r"^$|^[.-]|[/\\\x00]")
 SEED_MAX = 2**32 - 1  # the samplers seed numpy's RandomState, which takes 0..2**32 - 1
 # the share of a run's trials that go to local search around the front, by default (--refine sets a number). Set
 # by hand on the default space (optimize(), seed 0, 2 workers): 1,000 trials at 60 % and at 90 % refining both reach
@@ -22,14 +23,14 @@ REFINE_SHARE = 0.6
 
 
 def check_options(*, trials: int, workers: int, batch: int, until_stall: int | None, refine: int | None,
-                  inner: str, seed: int | None, study: str = "deepstack") -> int:
+                  inner: str, seed: int | None, study: str) -> int:
     """Refuse an option out of its range (the sampler's name is checked by building the sampler); returns the
     run's local-search budget: ``refine``, or ``REFINE_SHARE`` of the trials when it is None."""
-    if not STUDY_NAME.fullmatch(study):
+    if BAD_STUDY_NAME.search(study):
         # a folder in the name put the storage and the front files in different places (or none: a crash after
         # every trial had run); an empty one, hidden files
-        raise UserInputError(f"--study: a name of letters, digits, '_', '.' and '-' (not starting with '.' or "
-                             f"'-', at most 128 characters), since the front files are named after it (got {study!r})")
+        raise UserInputError(f"--study: a name without '/' or '\\', not empty and not starting with '.' or '-', "
+                             f"since the front files are named after it (got {study!r})")
     if trials < 0 or trials > 1_000_000:
         raise UserInputError(f"--trials: must be in 0..1000000 (got {trials})")
     if not 1 <= workers <= 64:

@@ -43,26 +43,28 @@ def _alive(record: dict, last_trial_s: float) -> bool:
 
 class RunRecord:
     """This process's entry in the study's ``unfinished_runs``: adopted from a cut-short run with the same plan,
-    or new. ``told`` is how many of the plan's trials are already in the study (``trials``: the study's)."""
+    or new. ``earlier``: the plan's trials already in the study, which its cut-short part told (``trials``: the
+    study's)."""
 
     def __init__(self, study, plan: dict, trials: list) -> None:
         self.study, self.plan = study, plan
-        told: dict[str, int] = {}
         last: dict[str, float] = {}
         for t in trials:
             key = t.system_attrs.get(RUN_ATTR)
-            if key is not None:
-                told[key] = told.get(key, 0) + 1
-                if t.datetime_complete is not None:
-                    last[key] = max(last.get(key, 0.0), t.datetime_complete.timestamp())
+            if key is not None and t.datetime_complete is not None:
+                last[key] = max(last.get(key, 0.0), t.datetime_complete.timestamp())
         runs = study.user_attrs.get(KEY, {})
         adoptable = [key for key, record in runs.items()
                      if record.get("plan") == plan and not _alive(record, last.get(key, 0.0))]
         self.key = adoptable[0] if adoptable else uuid.uuid4().hex[:12]
-        self.told = told.get(self.key, 0)
-        self.earlier = [t for t in trials if t.system_attrs.get(RUN_ATTR) == self.key]  # what its cut-short part told
+        self.earlier = [t for t in trials if t.system_attrs.get(RUN_ATTR) == self.key]
         self.resumed = bool(adoptable)
         self.save()
+
+    @property
+    def told(self) -> int:
+        """How many of the plan's trials are already in the study."""
+        return len(self.earlier)
 
     def _write(self, update: dict | None) -> None:
         runs = dict(self.study.user_attrs.get(KEY, {}))  # read just before writing: other workers' entries stay

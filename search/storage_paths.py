@@ -58,13 +58,18 @@ def front_folder(out: str | None, storage_url: str) -> Path:
     return path.parent if path is not None else Path("studies")
 
 
+def check_storage_url(url: str) -> None:
+    """Refuse a bare path: it would reach SQLAlchemy as an unparsable URL, after checks that read it as another
+    storage."""
+    if "://" not in url and not is_journal(url):
+        raise UserInputError(f"--storage: {url!r} is not a storage URL; a SQLite file is sqlite:///{url}, a journal "
+                             "file journal:PATH, a server postgresql://USER@HOST/DB")
+
+
 def check_storage_folder(url: str, may_create: bool = False) -> bool:
     """Refuse a storage file whose folder does not exist (unless ``may_create``), or a bare path that is no storage
     URL; True when the folder is to be created."""
-    if "://" not in url and not is_journal(url):
-        # a bare path would reach SQLAlchemy as an unparsable URL, after checks that read it as another storage
-        raise UserInputError(f"--storage: {url!r} is not a storage URL; a SQLite file is sqlite:///{url}, a journal "
-                             "file journal:PATH, a server postgresql://USER@HOST/DB")
+    check_storage_url(url)
     path = storage_file(url)
     if path is None or path.parent.is_dir():
         return False

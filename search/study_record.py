@@ -16,7 +16,6 @@ from deepstack.search.bilevel import values
 from deepstack.search.hypervolume import Progress
 from deepstack.search.objectives import OBJECTIVES
 
-COUNTS = ("repaired", "infeasible", "over_thermal_limit")
 ELITE_SIZE = 8  # schedules a screened trial tries: the most frequent on the exactly solved points' Pareto sets
 
 
@@ -187,4 +186,4 @@ def _shown(value) -> str:
     return repr(value)
 
 
-__all__ = ["COUNTS", "StudyRecord", "check_same_problem", "study_counts", "trial_solve", "values"]
+__all__ = ["StudyRecord", "check_same_problem", "study_counts", "trial_counts", "trial_solve", "values"]

@@ -241,6 +241,17 @@ def test_other_sweep_in_same_folder_is_refused(cli, sweep_space, reference, tmp_
     assert (out / "points.csv").read_bytes() == (reference / "points.csv").read_bytes()
 
 
+@pytest.mark.parametrize("stamp", ["", "{}", "[1]", '{"wall_s": 1.0}'])
+def test_a_sweep_folder_whose_stamp_cannot_be_read_is_refused(cli, sweep_space, reference, tmp_path, stamp):
+    # the stamp is what lets the chunks beside it be read back as this sweep's: unreadable, it vouches for none
+    out = tmp_path / "damaged"
+    shutil.copytree(reference, out)
+    (out / "sweep.json").write_text(stamp)
+    result = cli(*sweep_args(sweep_space, out, "--workers", "1"))
+    assert_user_error(result, "--out", "sweep.json cannot be read", "give a new --out folder")
+    assert (out / "points.csv").read_bytes() == (reference / "points.csv").read_bytes()
+
+
 @pytest.mark.parametrize("address", ["bogus", "tcp://[::1"])
 def test_malformed_scheduler_address_is_a_user_error(cli, sweep_space, tmp_path, address):
     result = cli(*sweep_args(sweep_space, tmp_path / "out", "--backend", "dask", "--scheduler", address))

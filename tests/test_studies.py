@@ -68,7 +68,8 @@ def test_a_recipe_value_out_of_range_is_one_line_and_leaves_no_folder(cli, tmp_p
     recipe = tmp_path / "dram-layers.toml"
     recipe.write_text(text.replace(quick, re.sub(r"l1_KiB = \[[^]]*\]", "l1_KiB = [-1]", quick)))
     result = cli("study", "run", str(recipe), "--quick", "--out", str(tmp_path / "out"))
-    assert_user_error(result, f"{recipe}: a parameter of [quick] is out of range", "l1_KiB", "greater than 0")
+    assert_user_error(result, f"{recipe}: the parameters with [quick] give an invalid SramOption", "l1_KiB",
+                      "greater than 0")
     assert not (tmp_path / "out").exists()
 
 

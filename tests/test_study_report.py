@@ -236,6 +236,12 @@ def test_study_list_tells_current_stale_and_unrun_runs_apart(cli, out_root, tmp_
              if line.startswith("| [")}
     assert table["[pareto](#pareto)"] == "stale (run on other code)"
     assert table["[dram-layers](#dram-layers)"] == "current"
+    # a damaged record is that study's problem alone: the list still shows the others (it used to fail whole)
+    (root / "dram-layers-quick" / RUN_RECORD).write_text("{")
+    listed = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(root), "--quick", "--json")
+    assert listed.code == 0, listed.err
+    status = {row["study"]: row["status"] for row in json.loads(listed.out)}
+    assert status["dram-layers"] == "unreadable" and status["parallelism-spread"] == "current"
     # a fresh clone has no run folders yet: every study is listed as not run, with the command that runs it
     fresh = cli("study", "list", "--recipes", str(STUDIES), "--out-root", str(tmp_path / "none"), "--json")
     rows = json.loads(fresh.out)

@@ -19,7 +19,6 @@ from deepstack.search.studies.provenance import code_digest
 from deepstack.search.studies.results import DEFAULT_RECIPES, load_record, run_status
 
 DEFAULT_STUDIES = Path("studies") / "out"
-RECIPES = Path(DEFAULT_RECIPES)  # the recipes a run is held to (a run from a recipe since changed is stale)
 BOTH_SETS = "paper-findings"  # its one run evaluates both assumption sets; the others run once per set
 
 
@@ -50,6 +49,13 @@ def placeholders(without: str | None = None) -> list[dict]:
     return out
 
 
+def _recipe(out_root: Path, study: str) -> Path:
+    """The recipe a run is held to (a run made before its recipe changed is stale): beside the run folders'
+    parent (``studies/`` for ``studies/out``), else under ``studies/`` here."""
+    beside = out_root.parent / f"{study}.toml"
+    return beside if beside.is_file() else Path(DEFAULT_RECIPES) / f"{study}.toml"
+
+
 def _record(out_root: Path, study: str, assumptions: str) -> tuple[dict | None, str, str]:
     """The run's record (None if there is none to read), what is wrong with it ("" if it is current; "not run
     yet", "unreadable" or "stale": then with the command that brings it up to date) and where it came from."""
@@ -62,7 +68,7 @@ def _record(out_root: Path, study: str, assumptions: str) -> tuple[dict | None, 
     except UserInputError as exc:
         return None, f"unreadable ({exc}): {_command(study, assumptions)}", ""
     source = f"{folder} (finished {record['finished_at']}, code {record.get('code_digest', 'unrecorded')})"
-    status, why = run_status(record, RECIPES / f"{study}.toml", code_digest())
+    status, why = run_status(record, _recipe(out_root, study), code_digest())
     if record["quick"] or status != "current":
         why = "a --quick run" if record["quick"] else why
         return record, f"{STALE}, {why}: {_command(study, assumptions)}", source

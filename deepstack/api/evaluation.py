@@ -97,28 +97,31 @@ def _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle, 
     return architecture, sram, network
 
 
-def strategies(*, devices: int, model: str | None = None, phase: str = "decode", batch: int = 1,
-               input_len: int = 1024, output_len: int = 1024, precision: str | None = None,
+def strategies(*, devices: int, model: str | None = None, phase: str | None = None, batch: int | None = None,
+               input_len: int | None = None, output_len: int | None = None, precision: str | None = None,
                chip: str | None = None, stacked_layers: int | None = None,
                connected_layers: int | None = None, prefill_chunk_tokens: int | None = None) -> dict[str, Any]:
     """Parallel strategies for ``devices`` devices: all of them, or (with a model) those that survive the
-    pruning rules, and (with a chip) the memory check."""
+    pruning rules, and (with a chip) the memory check. The scenario's fields default to decode, batch 1, 1,024
+    tokens in and out; they, the chip and its stacking apply only with a model."""
     if not 1 <= devices <= 1 << 20:
         raise UserInputError(f"--devices: must be an integer in 1..{1 << 20} (got {devices})")
     if model is None:
-        given = {"--chip": chip is not None, "--stacked-layers": stacked_layers is not None,
-                 "--connected-layers": connected_layers is not None,
-                 "--prefill-chunk-tokens": prefill_chunk_tokens is not None, "--phase": phase != "decode",
-                 "--batch": batch != 1, "--input-len": input_len != 1024, "--output-len": output_len != 1024,
-                 "--precision": precision is not None}
-        ignored = [flag for flag, is_given in given.items() if is_given]
+        given = {"--chip": chip, "--stacked-layers": stacked_layers, "--connected-layers": connected_layers,
+                 "--prefill-chunk-tokens": prefill_chunk_tokens, "--phase": phase, "--batch": batch,
+                 "--input-len": input_len, "--output-len": output_len, "--precision": precision}
+        ignored = [flag for flag, value in given.items() if value is not None]
         if ignored:  # they used to be ignored silently: every strategy listed, no pruning or memory check
             raise UserInputError(f"{', '.join(ignored)}: {'apply' if len(ignored) > 1 else 'applies'} only with "
                                  "--model (the pruning rules and the memory check need the model); add --model")
         kept = enumerate_strategies(devices)
         pruned: dict[str, int] = {}
     else:
-        scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
+        def given_or(value, default):
+            return default if value is None else value
+
+        scenario = with_flags(build_scenario(model, given_or(phase, "decode"), given_or(batch, 1),
+                                             given_or(input_len, 1024), given_or(output_len, 1024), precision),
                               prefill_chunk_tokens=prefill_chunk_tokens)
         capacity = None
         if chip is not None:

@@ -124,10 +124,9 @@ def validate_file(path: str) -> dict[str, Any]:
     if obj.kind == "space":  # the models, chips and NoCs it names must exist too
         from deepstack.search.space import load_space
 
-        load_space(path if "/" in path or path.lower().endswith((".toml", ".yaml", ".yml", ".json")) else f"./{path}")
+        load_space(path)  # a file load_file read has a file suffix, so load_space reads it as a path
     elif obj.kind == "study":  # its runner must exist
-        from deepstack.search.studies import runners
+        from deepstack.search.studies import runner_of
 
-        if obj.runner not in runners():
-            raise UserInputError(f"{path}: runner: must be one of {', '.join(sorted(runners()))} (got {obj.runner!r})")
+        runner_of(obj, path)
     return {"valid": True, "kind": obj.kind, "name": getattr(obj, "name", None), "content": obj.model_dump(mode="json")}

@@ -185,10 +185,12 @@ def _clock_reason(result: dict) -> str:
 def strategies(
     devices: Annotated[int, typer.Option(help="Number of devices N (TP·EP·SP·CP·DP·PP = N).")] = 256,
     model: Annotated[str | None, typer.Option(help="Apply the pruning rules for this LLM.")] = None,
-    phase: Annotated[str, typer.Option(help="prefill or decode (with --model).")] = "decode",
-    batch: Annotated[int, typer.Option(help="Requests (with --model).")] = 1,
-    input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
-    output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 1024,
+    phase: Annotated[str | None, typer.Option(help="prefill or decode (with --model; default decode).")] = None,
+    batch: Annotated[int | None, typer.Option(help="Requests (with --model; default 1).")] = None,
+    input_len: Annotated[int | None, typer.Option(help="Prompt tokens per request (with --model; default 1024).")] = (
+        None),
+    output_len: Annotated[int | None, typer.Option(
+        help="Generated tokens per request (with --model; default 1024).")] = None,
     precision: Annotated[str | None, typer.Option(help="a16w16, a16w8, ... (default: the model's).")] = None,
     chip: Annotated[str | None, typer.Option(help="Also check that weights + KV + activations fit.")] = None,
     stacked_layers: Annotated[int | None, typer.Option(help="m for the memory check (3D chips).")] = None,

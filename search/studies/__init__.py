@@ -211,12 +211,12 @@ def plain(value: Any) -> Any:
     return str(value)
 
 
-def json_parameters(value: Any) -> Any:
+def _jsonable(value: Any) -> Any:
     """Parameters as plain JSON: lists and tables kept, every leaf through :func:`plain`."""
     if isinstance(value, dict):
-        return {str(k): json_parameters(v) for k, v in value.items()}
+        return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [json_parameters(v) for v in value]
+        return [_jsonable(v) for v in value]
     return plain(value)
 
 
@@ -254,12 +254,21 @@ def _refuse_another_run(folder: Path, study: str, assumptions: str, quick: bool)
                              f"{', quick' if quick else ''}): give another folder, or remove that one first")
 
 
+def runner_of(recipe: StudyRecipe, where: str) -> Callable[[StudyContext], None]:
+    """The recipe's runner; an unknown one is refused naming ``where`` (the recipe's file) and the runners."""
+    available = runners()
+    if recipe.runner not in available:
+        raise UserInputError(f"{where}: runner: must be one of {', '.join(sorted(available))} "
+                             f"(got {recipe.runner!r})")
+    return available[recipe.runner]
+
+
 def run_parameters(recipe: StudyRecipe, quick: bool, assumptions: str | None) -> dict[str, Any]:
     """A run's parameters: the recipe's, its ``[quick]`` table over them for a quick run, and its assumption set
     (``assumptions``, else the recipe's, else ``default``). The runner's own plain copy (lists and dicts, as the
     file wrote them): the recipe itself is read-only."""
     params = {**recipe.parameters.as_dict(), **(recipe.quick.as_dict() if quick else {})}
-    params["assumptions"] = assumptions or params.get("assumptions", "default")
+    params["assumptions"] = assumptions if assumptions is not None else params.get("assumptions", "default")
     return params
 
 
@@ -274,10 +283,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
         raise UserInputError(f"{recipe_path}: no such file; the study's recipe is {named} "
                              f"(deepstack study run {named})")
     recipe = load_file(recipe_path, expected_kind="study")
-    available = runners()
-    if recipe.runner not in available:
-        raise UserInputError(f"{recipe_path}: runner: must be one of {', '.join(sorted(available))} "
-                             f"(got {recipe.runner!r})")
+    run = runner_of(recipe, recipe_path)
     params = run_parameters(recipe, quick, assumptions)
     chosen = params.get("assumptions", "default")
     if chosen not in ASSUMPTION_SETS:
@@ -293,10 +299,10 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
                            tally=Tally(progress))
     started_at, started = utc_now(), time.perf_counter()
     try:
-        available[recipe.runner](context)
-    except ValidationError as exc:  # a parameter out of range, met where the runner builds a model from it
-        raise UserInputError(f"{recipe_path}: a parameter{' of [quick]' if quick else ''} is out of range: "
-                             f"{exc.title} {describe_validation_error(BaseModel, exc)}") from None
+        run(context)
+    except ValidationError as exc:  # a parameter the runner builds a model from (a chip, an SRAM option) is wrong
+        raise UserInputError(f"{recipe_path}: the parameters{' with [quick]' if quick else ''} give an invalid "
+                             f"{exc.title}: {describe_validation_error(BaseModel, exc)}") from None
     finally:
         if created and folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()  # a run refused before it wrote anything leaves no folder behind
@@ -305,7 +311,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
         "version": RUN_RECORD_VERSION, "study": recipe.name, "runner": recipe.runner, "quick": quick,
         "assumptions": chosen, "code_digest": code_digest(),
         "inputs_digest": inputs_digest(Path(recipe_path).resolve().parent, params),
-        "question": recipe.question, "parameters": json_parameters(params), "started_at": started_at,
+        "question": recipe.question, "parameters": _jsonable(params), "started_at": started_at,
         "finished_at": utc_now(), "wall_s": wall_s, "rows": context.rows_written,
         "files": [Path(f).relative_to(folder).as_posix() for f in dict.fromkeys(context.files)],
         "tables": context.tables,

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from deepstack.schema.loader import SUFFIXES
+
 _PACKAGES = ("deepstack", "deepstack.models", "deepstack.search")  # three folders: models/ and search/ sit beside
 _SOURCES = ("*.py", "*.toml")  # the laws and runners, and the presets (chips, NoCs, models, spaces)
-_FILE_SUFFIXES = (".toml", ".yaml", ".yml", ".json")  # a parameter naming a file (a space, a NoC beside the recipe)
 
 
 def digest_of(roots: dict[str, Path]) -> str:
@@ -38,7 +39,7 @@ def code_digest() -> str:
 
 def _files_named(value: Any) -> Iterator[str]:
     """Every string in a recipe's parameters (nested lists and tables too) that names a file."""
-    if isinstance(value, str) and value.lower().endswith(_FILE_SUFFIXES):
+    if isinstance(value, str) and value.lower().endswith(SUFFIXES):  # a space, a NoC beside the recipe
         yield value
     elif isinstance(value, dict):
         for item in value.values():
@@ -51,8 +52,8 @@ def _files_named(value: Any) -> Iterator[str]:
 def inputs_digest(recipe_folder: Path, params: dict[str, Any]) -> str:
     """A digest (16 hex digits) of what a study run reads from outside the package: its parameters (the recipe's,
     with the quick overlay and the assumption set) and the bytes of every file they name, resolved as the runner
-    resolves them (against the recipe's folder). A run whose inputs' digest differs from its recipe's today is
-    stale, whatever the code."""
+    resolves them (against the recipe's folder); not the files those files name in turn (a space's own NoC files).
+    A run whose inputs' digest differs from its recipe's today is stale, whatever the code."""
     digest = hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode())
     for ref in sorted(set(_files_named(params))):
         digest.update(f"\0{ref}\0".encode())

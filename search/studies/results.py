@@ -23,7 +23,6 @@ from deepstack.schema.scenario import ASSUMPTION_SETS
 from deepstack.search.files import write_text_atomically
 from deepstack.search.studies import (
     RUN_RECORD,
-    json_parameters,
     markdown_table,
     run_folder_name,
     run_parameters,
@@ -49,6 +48,7 @@ class StudyRun:
     question: str
     folder: Path
     record: dict[str, Any] | None
+    problem: str = ""  # why its record could not be read (``collect`` with ``unreadable_ok``)
 
 
 def recipe_paths(recipes: Path) -> list[Path]:
@@ -110,11 +110,12 @@ def load_record(path: Path, study: str) -> dict[str, Any]:
 
 
 def collect(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAULT_OUT_ROOT,
-            quick: bool = False, need_out_root: bool = True) -> list[StudyRun]:
+            quick: bool = False, need_out_root: bool = True, unreadable_ok: bool = False) -> list[StudyRun]:
     """Every recipe with the record of its run in ``out_root/<name>`` (``<name>-quick`` with ``quick``), each
     followed by its finished runs under another assumption set (``<name>-paper``, ...), named "<name> (paper
     set)": the findings the paper-findings study leaves to those runs are on the page beside the default's.
-    A missing ``out_root`` is refused with ``need_out_root``, else no study has run."""
+    A missing ``out_root`` is refused with ``need_out_root``, else no study has run; a record that cannot be read
+    is refused, or with ``unreadable_ok`` its run has no record and says why in ``problem``."""
     recipes, out_root = Path(recipes), Path(out_root)
     if need_out_root and not out_root.is_dir():
         raise UserInputError(f"--out-root {out_root}: no such folder; run a study first "
@@ -125,10 +126,17 @@ def collect(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFAUL
         for chosen in ASSUMPTION_SETS:
             folder = out_root / run_folder_name(recipe.name, chosen, quick)
             record_path = folder / RUN_RECORD
-            record = load_record(record_path, recipe.name) if record_path.exists() else None
-            if record or chosen == "default":
+            record, problem = None, ""
+            if record_path.exists():
+                try:
+                    record = load_record(record_path, recipe.name)
+                except UserInputError as exc:
+                    if not unreadable_ok:
+                        raise
+                    problem = str(exc)
+            if record or problem or chosen == "default":
                 name = recipe.name if chosen == "default" else f"{recipe.name} ({chosen} set)"
-                runs.append(StudyRun(name, path, recipe.question, folder, record))
+                runs.append(StudyRun(name, path, recipe.question, folder, record, problem))
     return runs
 
 
@@ -363,8 +371,7 @@ def build_report(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = D
 def run_status(record: dict[str, Any] | None, recipe: Path, digest: str) -> tuple[str, str]:
     """Whether a run's results are those the code now running would give on its recipe as it is now: (``current``,
     ""), (``stale``, why: other code made them, or the recipe's parameters or a file they name changed since) or
-    (``not run``, ""). A recipe that cannot be read (or a record without an inputs digest, held to its recorded
-    parameters alone, or without either) never makes a run stale by itself."""
+    (``not run``, ""). A recipe that cannot be read never makes a run stale by itself."""
     if record is None:
         return "not run", ""
     if record.get("code_digest") != digest:
@@ -374,14 +381,8 @@ def run_status(record: dict[str, Any] | None, recipe: Path, digest: str) -> tupl
                                 record.get("assumptions"))
     except (UserInputError, OSError):
         return "current", ""
-    recorded = record.get("inputs_digest")
-    if recorded is not None:
-        changed = recorded != inputs_digest(recipe.resolve().parent, params)
-    elif isinstance(record.get("parameters"), dict):
-        changed = {"assumptions": "default", **record["parameters"]} != json_parameters(params)
-    else:  # a record that names neither vouches for its code alone
-        changed = False
-    if changed:
+    recorded = record.get("inputs_digest")  # a record without one predates it, so other code made it
+    if recorded is not None and recorded != inputs_digest(recipe.resolve().parent, params):
         return "stale", f"run before {recipe} (its parameters or a file they name) changed"
     return "current", ""
 
@@ -392,11 +393,11 @@ def list_runs(recipes: str | Path = DEFAULT_RECIPES, out_root: str | Path = DEFA
     code now running (:func:`run_status`), when it finished, how long it took, and the command that (re-)runs it."""
     digest = code_digest()
     out = []
-    for run in collect(recipes, out_root, quick, need_out_root=False):
+    for run in collect(recipes, out_root, quick, need_out_root=False, unreadable_ok=True):
         rec = run.record or {}
         chosen = rec.get("assumptions", "default")
         command = _run_command(run, Path(out_root), quick) + ("" if chosen == "default" else f" --assumptions {chosen}")
-        status, why = run_status(run.record, run.recipe, digest)
+        status, why = ("unreadable", run.problem) if run.problem else run_status(run.record, run.recipe, digest)
         out.append({"study": run.name, "status": status, "why": why, "finished_at": rec.get("finished_at"),
                     "wall_s": rec.get("wall_s"), "code_digest": rec.get("code_digest"), "folder": str(run.folder),
                     "command": command})

@@ -41,6 +41,10 @@ class ChunkLog:
         self.stamp = out / "sweep.json"
         self.fingerprint = fingerprint
         previous = recorded(self.stamp, lambda stamp: (stamp["fingerprint"], stamp.get("wall_s")))
+        if previous is None and self.stamp.exists():
+            # the stamp is what lets the chunks beside it be read back: one that cannot be read vouches for none
+            raise UserInputError(f"--out: {self.stamp} cannot be read, so the chunks in {self.folder} cannot be "
+                                 "told from another sweep's; give a new --out folder, or remove that one first")
         if previous is not None and previous[0] != fingerprint:
             raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
                                  "objectives); give a new --out folder")
