@@ -326,7 +326,6 @@ def memory_footprint(scenario: Scenario, plan: Strategy | Schedule, capacity_B: 
     return _footprint(scenario, layout, budget_for(scenario, layout, capacity_B, reserve))
 
 
-
 def budget_for(scenario: Scenario, layout: _Layout, capacity_B: float | None, reserve: float) -> int:
     """The prefill budget ``layout`` runs ``scenario`` with on ``capacity_B`` of DRAM (:func:`choose_budget`
     with this memory check)."""

@@ -77,7 +77,7 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
             writer.writerow(names)
             writer.writerows(_csv_cells(data, names))
     summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
-               "wall_s": result.wall_s, "run_s": getattr(result, "run_s", None), "objectives": result.objectives,
+               "wall_s": result.wall_s, "run_s": result.run_s, "objectives": result.objectives,
                "tiers": result.tiers,
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
                    "model": scenario.model.name}}
