@@ -19,6 +19,7 @@ Everything here is a pure function of its inputs and runs in a pool worker; rows
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -193,7 +194,26 @@ def neighbours(problem, hw: HardwarePoint) -> list[HardwarePoint]:
             bws = list(hw.level_bw_scales)
             bws[level] = step
             out.append(replace(hw, level_bw_scales=tuple(bws)))
-    return out
+    return out + area_steps(problem, hw)
+
+
+def area_steps(problem, hw: HardwarePoint) -> list[HardwarePoint]:
+    """For each PE count above ``hw``'s that some per-level link bandwidths leave room for (the NoC's area, which
+    the levels set together, decides how many PEs fit), the bandwidths nearest ``hw``'s that give it: a move of
+    several levels at once, which single-level moves reach only through points that may not be on the front."""
+    current = device_of(problem.space, hw)
+    if current is None or not hw.level_bw_scales:
+        return []
+    best: dict[int, tuple] = {}  # PEs → (levels changed, bandwidths)
+    for scales in itertools.product(problem.space.hardware.level_bw_scale, repeat=len(hw.level_bw_scales)):
+        dev = device_of(problem.space, dataclasses.replace(hw, level_bw_scales=scales))
+        if dev is None or dev.pes <= current.pes:
+            continue
+        pairs = list(zip(scales, hw.level_bw_scales, strict=True))
+        key = (sum(a != b for a, b in pairs), sum(abs(math.log(a / b)) for a, b in pairs))  # fewest, nearest
+        if dev.pes not in best or key < best[dev.pes][0]:
+            best[dev.pes] = (key, scales)
+    return [dataclasses.replace(hw, level_bw_scales=scales) for _, (_, scales) in sorted(best.items())]
 
 
 def warm_start(problem) -> list[dict]:

@@ -101,3 +101,19 @@ def test_refinement_ends_at_a_pareto_local_optimum(tmp_path):
         for near in bilevel.neighbours(problem, point):
             for far in (near, *bilevel.neighbours(problem, near)):
                 assert f.repair(Proposal(far, Strategy(dp=f.n))).hardware in record.tried, far
+
+
+def test_area_steps_jump_to_the_bandwidths_that_fit_more_pes():
+    # Large-Matrix / TMS5 at m = 10, n = 4 with per-level bandwidths (2.0, 0.75, 2.0)× fits 12 PEs per device; level 1
+    # at 1.0× (or 0.5×) alone fits 13, level 2 at 0.5× alone still 12, both at 0.5× 14. The 1,000-trial main job on
+    # the paper space stopped at 12 (its single-level moves reach 14 only through a 13-PE point, which is not on its
+    # front); a 3,000-trial study found 14 and a front 11 % higher. area_steps offers each larger PE count at the
+    # nearest bandwidths (fewest levels changed, then the smallest steps), so one move reaches it.
+    problem = _problem("paper")
+    hw = HardwarePoint("large-matrix", "tms5", 10, 4, "base", 0.25, (2.0, 0.75, 2.0))
+    steps = bilevel.area_steps(problem, hw)
+    pes = {point.level_bw_scales: bilevel.device_of(problem.space, point).pes for point in steps}
+    assert pes == {(1.0, 0.75, 2.0): 13, (0.5, 0.5, 2.0): 14}
+    assert all(count > bilevel.device_of(problem.space, hw).pes for count in pes.values())
+    assert len(set(pes.values())) == len(pes)  # one point per PE count: the nearest bandwidths that give it
+    assert set(steps) <= set(bilevel.neighbours(problem, hw))
