@@ -170,7 +170,8 @@ def _steps(options: list, value) -> list:
 
 def neighbours(problem, hw: HardwarePoint) -> list[HardwarePoint]:
     """The hardware points one move from ``hw``: another chip, NoC or SRAM option, one step of m, n or the hop
-    latency, or any other bandwidth of one level (the refinement's neighbourhood; the caller repairs them). A
+    latency, any other bandwidth of one level, or the levels' bandwidths at which more PEs fit (:func:`area_steps`)
+    (the refinement's neighbourhood; the caller repairs them). A
     level's bandwidth may jump because its best value is not where its neighbours are: the area a cheaper level
     frees buys PEs or another level's bandwidth, so the optimum is often at the far end of one level's range."""
     from deepstack.search.ask_tell import _noc_levels

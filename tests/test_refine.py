@@ -54,15 +54,17 @@ def test_the_table_check_repairs_exactly_as_cp_sat(space, monkeypatch):
 def test_neighbours_are_one_move_away():
     """standard / TMS1 / m = n = 4 / base / nominal latency and bandwidth on the default space, counted by hand:
     8 other chips + 7 other NoCs + 1 other SRAM option + m 3 or 5 + n 3 (n ≤ m = 4) + hop 0.5 or 2 + each of
-    TMS1's three levels at 0.75 or 1.5 = 8 + 7 + 1 + 2 + 1 + 2 + 6 = 27."""
+    TMS1's three levels at 0.75 or 1.5 = 8 + 7 + 1 + 2 + 1 + 2 + 6 = 27, plus one area step: the 8 PEs per device
+    become 9 only with every level at 0.75× (no single level frees enough area), 28 in all."""
     problem = _problem("default")
     levels = len(catalog.load("nocs", "tms1").levels)
     assert levels == 3
     point = HardwarePoint("standard", "tms1", 4, 4, "base", 1.0, (1.0,) * levels)
     near = bilevel.neighbours(problem, point)
-    assert len(near) == len(set(near)) == 27
+    assert len(near) == len(set(near)) == 28
     assert point not in near
-    for other in near:
+    assert near[-1] == HardwarePoint("standard", "tms1", 4, 4, "base", 1.0, (0.75, 0.75, 0.75))  # the area step
+    for other in near[:-1]:
         changed = [k for k, v in point.as_dict().items() if other.as_dict()[k] != v]
         if changed == ["stacked_layers", "connected_layers"]:  # m down a step pulls n down with it
             assert other.stacked_layers == 3 and other.connected_layers == 3
