@@ -285,7 +285,7 @@ def run_study(recipe_path: str, out: str | None = None, quick: bool = False,
     recipe = load_file(recipe_path, expected_kind="study")
     run = runner_of(recipe, recipe_path)
     params = run_parameters(recipe, quick, assumptions)
-    chosen = params.get("assumptions", "default")
+    chosen = params["assumptions"]  # run_parameters always sets it
     if chosen not in ASSUMPTION_SETS:
         raise UserInputError(f"--assumptions: must be one of {', '.join(ASSUMPTION_SETS)} (got {chosen!r})")
     folder = Path(out or Path("studies") / "out" / run_folder_name(recipe.name, chosen, quick))
