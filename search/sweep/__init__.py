@@ -190,8 +190,10 @@ def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_
         rows += rows3
     run_s = time.perf_counter() - started
     front = output.front(rows, objectives)
+    wall_s = log.sweep_wall_s(evaluated=log.read_back < len(rows))
+    log.record_wall_s(wall_s)
     result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers),
-                         log.sweep_wall_s(evaluated=log.read_back < len(rows)), out, objectives, front, tiers,
+                         wall_s, out, objectives, front, tiers,
                          log.read_back, log.timeline, with_ttft, run_s)
     with log.shelter():  # a signal while the files are written waits for the last of them
         output.write(result, rows, scenario, design_space)

@@ -72,12 +72,14 @@ class ChunkLog:
         return out
 
     def sweep_wall_s(self, evaluated: bool) -> float:
-        """The sweep's wall time, all its runs together, recorded in the stamp for the next run: its earlier runs'
-        (to their last chunk) and this one's; a run that evaluated nothing (every chunk read back) keeps what the
-        last finished run recorded, so re-running a finished sweep does not report the read-back as its time."""
-        wall = self.total_s if not evaluated and self.total_s is not None else self.elapsed_s()
-        write_text_atomically(self.stamp, json.dumps({"fingerprint": self.fingerprint, "wall_s": wall}))
-        return wall
+        """The sweep's wall time, all its runs together: its earlier runs' (to their last chunk) and this one's; a
+        run that evaluated nothing (every chunk read back) keeps what the last finished run recorded, so re-running
+        a finished sweep does not report the read-back as its time."""
+        return self.total_s if not evaluated and self.total_s is not None else self.elapsed_s()
+
+    def record_wall_s(self, wall_s: float) -> None:
+        """Write the sweep's wall time into the stamp, for the next run of the same sweep to report."""
+        write_text_atomically(self.stamp, json.dumps({"fingerprint": self.fingerprint, "wall_s": wall_s}))
 
     def elapsed_s(self) -> float:
         """Seconds of evaluation on the sweep's clock: earlier runs' (to their last chunk) and this one's."""
