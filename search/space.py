@@ -25,17 +25,39 @@ def space_names() -> tuple[str, ...]:
     return tuple(sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml")))
 
 
-@memo.cached(maxsize=64)
 def load_space(value: str | None) -> DesignSpace:
-    """A design space by name (``default``, ``paper``, …) or path; ``None`` is the embedded default."""
+    """A design space by name (``default``, ``paper``, …) or path; ``None`` is the embedded default. A space file
+    is read again when it changed (its size or modification time), so a long-lived process never answers from an
+    edited file's old content."""
     value = (value or "default").strip()
-    if value.lower().endswith((".toml", ".yaml", ".yml", ".json")) or "/" in value:
-        path = Path(value)
-    elif value in space_names():
-        path = SPACES_DIR / f"{value}.toml"
-    else:
-        raise UserInputError(f"--space: unknown space {value!r}; allowed: {', '.join(space_names())} or a file path")
-    space = _resolve_relative(load_file(path, expected_kind="space"), path.resolve().parent)
+    if not value.lower().endswith((".toml", ".yaml", ".yml", ".json")) and "/" not in value:
+        return _named_space(value)
+    try:
+        stat = Path(value).stat()
+    except (OSError, ValueError):
+        return _space_file(value, None)  # load_file reports the problem, one line
+    return _space_file(value, (str(Path(value).resolve()), stat.st_mtime_ns, stat.st_size))
+
+
+@memo.cached(maxsize=16)
+def _named_space(name: str) -> DesignSpace:
+    if name not in space_names():
+        raise UserInputError(f"--space: unknown space {name!r}; allowed: {', '.join(space_names())} or a file path")
+    path = SPACES_DIR / f"{name}.toml"
+    return checked_space(load_file(path, expected_kind="space"), path)
+
+
+@memo.cached(maxsize=64)
+def _space_file(value: str, stamp: tuple | None) -> DesignSpace:
+    """The space in file ``value`` as it was at ``stamp`` (the memo key: a changed file is another entry)."""
+    path = Path(value)
+    return checked_space(load_file(path, expected_kind="space"), path)
+
+
+def checked_space(space: DesignSpace, path: Path) -> DesignSpace:
+    """A space read from ``path`` with its relative preset paths resolved, refused if it names a preset that
+    does not exist."""
+    space = _resolve_relative(space, path.resolve().parent)
     _check_references(space, path)
     return space
 

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import random
+import shutil
 import struct
 import tomllib
 import traceback
@@ -493,6 +494,8 @@ def write(folder: Path, suffix: str, raw: bytes) -> str:
 @pytest.mark.parametrize("kind", sorted(SCHEMAS))
 def test_seeds_are_valid(kind, workdir):
     """The fuzzers start from valid documents (or the mutations would prove little)."""
+    (workdir / "seeds" / "nocs").mkdir(parents=True, exist_ok=True)
+    shutil.copy(MINI8, workdir / "seeds" / "nocs")  # small.toml's NoC, relative to the space file
     for data, text in SEEDS[kind]:
         for suffix in (".toml", ".json", ".yaml"):
             code, _, _ = check_cli("validate", write(workdir / "seeds", suffix, WRITERS[suffix](data).encode()))

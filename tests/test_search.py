@@ -11,6 +11,7 @@ import csv
 import itertools
 import json
 import math
+import os
 import shutil
 import socket
 import subprocess
@@ -113,6 +114,22 @@ def test_relative_preset_paths_resolve_against_the_space_file(tmp_path, monkeypa
     assert Path(noc) == folder / "nets" / "mine.toml"
     assert catalog.load("nocs", noc).devices == 8
     assert len(base_points(space)) == 2 * 9  # 2 chips × 9 (m, n) pairs, as small.toml says
+
+
+def test_an_edited_space_file_is_read_again(tmp_path):
+    """A long-lived process (the API, a notebook) that loads a space file, sees it edited and loads it again gets
+    the new content, not the memoised old one; ``deepstack validate`` in-process likewise."""
+    from deepstack.api import validate_file
+
+    path = write_space(tmp_path / "mine.toml", chips=("standard",))
+    assert load_space(str(path)).hardware.chips == ("standard",)
+    before = path.stat()
+    write_space(path, chips=("standard", "strong-l2"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+    assert load_space(str(path)).hardware.chips == ("standard", "strong-l2")
+    path.write_text(path.read_text().replace('"strong-l2"', '"no-such-chip"'))
+    with pytest.raises(UserInputError, match=r"hardware\.chips: .*no-such-chip"):
+        validate_file(str(path))
 
 
 def test_raw_size_of_small_space_by_hand():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from deepstack import catalog
@@ -98,7 +99,6 @@ def template(what: str) -> dict[str, Any]:
     (``toml``), and the same content as plain data (``content``, a valid JSON file); ``deepstack validate``
     accepts either."""
     from importlib import resources
-    from pathlib import Path
 
     from deepstack.search.space import SPACES_DIR, load_space
 
@@ -122,9 +122,9 @@ def validate_file(path: str) -> dict[str, Any]:
     """Validate any schema file; returns its kind, name and normalised content."""
     obj = load_file(path)
     if obj.kind == "space":  # the models, chips and NoCs it names must exist too
-        from deepstack.search.space import load_space
+        from deepstack.search.space import checked_space
 
-        load_space(path)  # a file load_file read has a file suffix, so load_space reads it as a path
+        checked_space(obj, Path(path))
     elif obj.kind == "study":  # its runner must exist
         from deepstack.search.studies import runner_of
 
