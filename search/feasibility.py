@@ -279,9 +279,16 @@ def nearest_feasible(space: DesignSpace, scenario: Scenario, proposal: Proposal)
     return feasibility_of(space, scenario).repair(proposal)
 
 
-@memo.cached(maxsize=16)
 def feasibility_of(space: DesignSpace, scenario: Scenario) -> Feasibility:
-    """The feasibility model of a space and scenario, built once per process (building it solves tables)."""
+    """The feasibility model of a space and scenario, built once per process (building it solves tables) and
+    again if a chip or NoC file the space names has been edited since."""
+    presets = (*(catalog.load("chips", chip) for chip in space.hardware.chips),
+               *(catalog.load("nocs", noc) for noc in space.hardware.nocs))
+    return _feasibility_of(space, scenario, presets)
+
+
+@memo.cached(maxsize=16)
+def _feasibility_of(space: DesignSpace, scenario: Scenario, presets: tuple) -> Feasibility:
     return Feasibility(space, scenario)
 
 

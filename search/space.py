@@ -160,20 +160,28 @@ def with_level_bw(point: HardwarePoint, scales: tuple[float, ...]) -> HardwarePo
     return HardwarePoint(**{**point.__dict__, "level_bw_scales": tuple(scales)})
 
 
-@memo.cached(maxsize=4096)
 def scaled_network(noc: str | Network, hop_latency_scale: float, level_bw_scales: tuple[float, ...]) -> Network:
     """A catalog NoC (by name or file, or one already loaded) with every hop latency and each level's link
     bandwidth scaled."""
-    base = noc if isinstance(noc, Network) else catalog.load("nocs", noc)
+    if isinstance(noc, Network):
+        return _scaled_network(noc, noc.name, hop_latency_scale, level_bw_scales)
+    # keyed on the loaded NoC, not its name: an edited NoC file is loaded anew (catalog.load), so never answered
+    # from its old content
+    return _scaled_network(catalog.load("nocs", noc), noc, hop_latency_scale, level_bw_scales)
+
+
+@memo.cached(maxsize=4096)
+def _scaled_network(base: Network, label: str, hop_latency_scale: float,
+                    level_bw_scales: tuple[float, ...]) -> Network:
     scales = level_bw_scales or (1.0,) * len(base.levels)
     if len(scales) != len(base.levels):
-        raise UserInputError(f"level bandwidth scales: {noc} has {len(base.levels)} levels, got {len(scales)}")
+        raise UserInputError(f"level bandwidth scales: {label} has {len(base.levels)} levels, got {len(scales)}")
     levels = tuple(level.model_copy(update={"hop_latency_ns": level.hop_latency_ns * hop_latency_scale,
                                             "link_bw_GBps": level.link_bw_GBps * s})
                    for level, s in zip(base.levels, scales, strict=True))
     if hop_latency_scale == 1.0 and all(s == 1.0 for s in scales):
         return base
-    return base.model_copy(update={"levels": levels, "name": f"{base.name if isinstance(noc, Network) else noc}*"})
+    return base.model_copy(update={"levels": levels, "name": f"{label}*"})
 
 
 def sram_option(space: DesignSpace, hw: HardwarePoint):

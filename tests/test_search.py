@@ -36,7 +36,7 @@ from deepstack.models.parallel.memory import feasible_strategies, fits
 from deepstack.models.parallel.strategies import Strategy, enumerate_strategies, prune_reason
 from deepstack.schema import Scenario
 from deepstack.search import bilevel, dashboard, pareto
-from deepstack.search.feasibility import Feasibility, Proposal, enumerate_schedules
+from deepstack.search.feasibility import Feasibility, Proposal, enumerate_schedules, feasibility_of
 from deepstack.search.optimize import optimize
 from deepstack.search.space import (
     SPACES_DIR,
@@ -130,6 +130,24 @@ def test_an_edited_space_file_is_read_again(tmp_path):
     path.write_text(path.read_text().replace('"strong-l2"', '"no-such-chip"'))
     with pytest.raises(UserInputError, match=r"hardware\.chips: .*no-such-chip"):
         validate_file(str(path))
+
+
+def test_an_edited_noc_file_is_read_again(tmp_path):
+    """A NoC file edited between two searches in one process: the scaled network and the feasibility tables see
+    the new file (hop latency 10 → 40 ns; L1 of 4 → 2 devices, so 8 → 4 devices)."""
+    noc = tmp_path / "mine.toml"
+    shutil.copy(MINI8, noc)
+    space = load_space(str(write_space(tmp_path / "space.toml")))
+    space = space.model_copy(update={"hardware": space.hardware.model_copy(update={"nocs": (str(noc),)})})
+    scenario = scenarios(space)[0]
+    assert scaled_network(str(noc), 2.0, (1.0, 1.0)).levels[0].hop_latency_ns == 20.0
+    assert feasibility_of(space, scenario).n == 8
+    before = noc.stat()
+    noc.write_text(noc.read_text().replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0")
+                   .replace('dims = "4"', 'dims = "2"'))
+    os.utime(noc, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+    assert scaled_network(str(noc), 2.0, (1.0, 1.0)).levels[0].hop_latency_ns == 80.0
+    assert feasibility_of(space, scenario).n == 4
 
 
 def test_raw_size_of_small_space_by_hand():
