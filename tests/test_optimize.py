@@ -396,6 +396,25 @@ def test_bad_command_never_touches_an_existing_study(kept_study, cli, change, ne
     assert _snapshot(url) == before
 
 
+@pytest.mark.parametrize(("code", "needle"), [("0" * 16, "code 0000000000000000, now"),
+                                              (None, "a version that did not record its code")])
+def test_a_study_evaluated_by_other_code_is_not_resumed(kept_study, cli, code, needle, tmp_path, monkeypatch):
+    """Resuming a study after DeepStack's laws changed would rank new trials against results the code no longer
+    gives: refused, naming both versions, and the study is left as it was."""
+    monkeypatch.chdir(tmp_path)
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    kept, copy = sqlite3.connect(kept_study[0].removeprefix("sqlite:///")), sqlite3.connect(tmp_path / "old.db")
+    kept.backup(copy)  # the study's own database, write-ahead log included
+    kept.close(), copy.close()
+    study = _load(url, "keep")
+    problem = {key: value for key, value in study.user_attrs["problem"].items() if key != "code"}
+    study.set_user_attr("problem", problem if code is None else {**problem, "code": code})
+    before = _snapshot(url)
+    result = cli("optimize", "--space", "small", "--study", "keep", "--storage", url, "--trials", "2", "--json")
+    assert_user_error(result, "--study keep", "evaluated by other code", needle, "use a new --study name")
+    assert _snapshot(url) == before
+
+
 # --- the thermal constraint in the front and in compare -----------------------------------------------------
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import assert_user_error, write_space
+from conftest import MINI8, assert_user_error, write_space
 
 REPO = Path(__file__).resolve().parent.parent
 POSTGRES = os.environ.get("DEEPSTACK_TEST_POSTGRES")
@@ -239,6 +239,36 @@ def test_other_sweep_in_same_folder_is_refused(cli, sweep_space, reference, tmp_
     result = cli(*sweep_args(sweep_space, out, "--batch", "32", "--workers", "1"))
     assert_user_error(result, "--out", "another sweep")
     assert (out / "points.csv").read_bytes() == (reference / "points.csv").read_bytes()
+
+
+def test_a_sweep_whose_noc_file_or_code_changed_is_not_resumed(cli, tmp_path):
+    """Finished chunks are read back only by the very sweep that wrote them: after the NoC file the space names
+    is edited, or with other code, they would mix two models' results into one points.csv."""
+    noc = tmp_path / "net.toml"
+    noc.write_text(MINI8.read_text())
+    space = write_space(tmp_path / "one.toml", chips=("standard",), stacked=(2,), connected=(1,), hops=(1.0,),
+                        level_bw=(1.0,), fsdp=(False,))
+    space.write_text(space.read_text().replace(json.dumps(str(MINI8)), json.dumps(str(noc))))
+    out = tmp_path / "out"
+    args = ["sweep", "--mode", "exhaustive", "--space", str(space), "--out", str(out), "--workers", "1"]
+    assert cli(*args).code == 0
+    points = (out / "points.csv").read_bytes()
+    stamp = json.loads((out / "sweep.json").read_text())
+    assert set(stamp["fingerprint"]) == {"sweep", "presets", "code"}
+    assert cli(*args).code == 0  # the same sweep again: read back
+    assert (out / "points.csv").read_bytes() == points
+
+    before = noc.stat()
+    noc.write_text(noc.read_text().replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0"))
+    os.utime(noc, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+    assert_user_error(cli(*args), "--out", "a chip or NoC file that has changed since", "give a new --out folder")
+    assert (out / "points.csv").read_bytes() == points
+
+    noc.write_text(noc.read_text().replace("hop_latency_ns = 40.0", "hop_latency_ns = 10.0"))
+    os.utime(noc, ns=(before.st_atime_ns, before.st_mtime_ns + 2_000_000))
+    (out / "sweep.json").write_text(json.dumps({**stamp, "fingerprint": {**stamp["fingerprint"], "code": "0" * 64}}))
+    assert_user_error(cli(*args), "--out", "evaluated by other code", "give a new --out folder")
+    assert (out / "points.csv").read_bytes() == points
 
 
 @pytest.mark.parametrize("stamp", ["", "{}", "[1]", '{"wall_s": 1.0}'])

@@ -38,6 +38,7 @@ from deepstack.search.space import (
     with_hop_latency,
     with_level_bw,
 )
+from deepstack.search.studies.provenance import code_digest
 from deepstack.search.sweep import output
 from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, run_tier
 from deepstack.search.sweep.points import SweepTask, affinity_order
@@ -107,6 +108,20 @@ def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) ->
                           r["hop_latency_scale"], tuple(r["level_bw_scales"])) for r in keep]
 
 
+def _fingerprint(design_space: DesignSpace, scenario: Scenario, mode: str, objectives, with_ttft: bool) -> dict:
+    """What a sweep's finished chunks depend on, in parts a refusal can name: the sweep itself (space, scenario,
+    mode, objectives, chunking), the chip and NoC files the space names (their content, which the space holds
+    only by name or path), and the code that evaluated them."""
+    presets = {f"{kind}:{ref}": catalog.load(kind, ref).model_dump(mode="json")
+               for kind, refs in (("chips", design_space.hardware.chips), ("nocs", design_space.hardware.nocs))
+               for ref in refs}
+    sweep = {"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
+             "space": design_space.model_dump(mode="json"), "scenario": scenario.model_dump(mode="json"),
+             "objectives": objectives, "ttft": with_ttft}
+    return {part: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+            for part, value in (("sweep", sweep), ("presets", presets), ("code", code_digest()))}
+
+
 def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
           workers: int | None = None, with_ttft: bool = False, backend: str = "local",
           scheduler: str | None = None, progress: Callable[[int, int], None] | None = None) -> SweepResult:
@@ -125,11 +140,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     check_output_folder(out)  # before any point is evaluated: every chunk is written there
     design_space = load_space(space)
     space_ref = space or "default"
-    fingerprint = json.dumps({"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
-                              "space": design_space.model_dump(mode="json"),
-                              "scenario": scenario.model_dump(mode="json"), "objectives": objectives,
-                              "ttft": with_ttft}, sort_keys=True)
-    log = ChunkLog(Path(out), hashlib.sha256(fingerprint.encode()).hexdigest())
+    log = ChunkLog(Path(out), _fingerprint(design_space, scenario, mode, objectives, with_ttft))
     started = log.started = time.perf_counter()
     tally = executor.Tally(progress)
     # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;

@@ -25,11 +25,22 @@ def chunk_points(tasks: int) -> int:
     return max(1, min(CHUNK_POINTS, math.ceil(tasks / MIN_CHUNKS)))
 
 
+def _what_differs(stored, fingerprint: dict[str, str]) -> str:
+    """The refusal's reason: which part of a stored sweep's fingerprint differs from this one's."""
+    if not isinstance(stored, dict):  # a stamp written before the fingerprint had parts
+        return "a sweep recorded by an earlier version"
+    if stored.get("sweep") != fingerprint["sweep"]:
+        return "another sweep (different space, scenario, mode or objectives)"
+    if stored.get("presets") != fingerprint["presets"]:
+        return "the same sweep of a chip or NoC file that has changed since"
+    return "the same sweep evaluated by other code (DeepStack's model or search files have changed since)"
+
+
 class ChunkLog:
     """Finished chunks of a sweep, one JSON-lines file each in ``<out>/chunks/`` (written atomically), so a
     re-run resumes after the last finished chunk and never evaluates a finished one twice."""
 
-    def __init__(self, out: Path, fingerprint: str):
+    def __init__(self, out: Path, fingerprint: dict[str, str]):
         self.started = time.perf_counter()
         # every chunk of the sweep in points.csv order: [tier, rows, seconds of the sweep's evaluation when it
         # finished (None: read back from a run that did not record it)] (for ``compare``'s front at equal wall time)
@@ -46,8 +57,8 @@ class ChunkLog:
             raise UserInputError(f"--out: {self.stamp} cannot be read, so the chunks in {self.folder} cannot be "
                                  "told from another sweep's; give a new --out folder, or remove that one first")
         if previous is not None and previous[0] != fingerprint:
-            raise UserInputError(f"--out: {out} holds another sweep (different space, scenario, mode or "
-                                 "objectives); give a new --out folder")
+            raise UserInputError(f"--out: {out} holds {_what_differs(previous[0], fingerprint)}, so its chunks "
+                                 "would mix two sweeps' results; give a new --out folder")
         # the sweep's wall time as its last finished run recorded it
         self.total_s = previous[1] if previous is not None else None
         if previous is None:
