@@ -261,13 +261,14 @@ def test_a_sweep_whose_noc_file_or_code_changed_is_not_resumed(cli, tmp_path):
     before = noc.stat()
     noc.write_text(noc.read_text().replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0"))
     os.utime(noc, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
-    assert_user_error(cli(*args), "--out", "a chip or NoC file that has changed since", "give a new --out folder")
+    assert_user_error(cli(*args), "--out", "this sweep, but a chip or NoC file it names has changed since",
+                      "give a new --out folder")
     assert (out / "points.csv").read_bytes() == points
 
     noc.write_text(noc.read_text().replace("hop_latency_ns = 40.0", "hop_latency_ns = 10.0"))
     os.utime(noc, ns=(before.st_atime_ns, before.st_mtime_ns + 2_000_000))
     (out / "sweep.json").write_text(json.dumps({**stamp, "fingerprint": {**stamp["fingerprint"], "code": "0" * 64}}))
-    assert_user_error(cli(*args), "--out", "evaluated by other code", "give a new --out folder")
+    assert_user_error(cli(*args), "--out", "this sweep, but evaluated by other code", "give a new --out folder")
     assert (out / "points.csv").read_bytes() == points
 
 

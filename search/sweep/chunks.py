@@ -32,8 +32,8 @@ def _what_differs(stored, fingerprint: dict[str, str]) -> str:
     if stored.get("sweep") != fingerprint["sweep"]:
         return "another sweep (different space, scenario, mode or objectives)"
     if stored.get("presets") != fingerprint["presets"]:
-        return "the same sweep of a chip or NoC file that has changed since"
-    return "the same sweep evaluated by other code (DeepStack's model or search files have changed since)"
+        return "this sweep, but a chip or NoC file it names has changed since"
+    return "this sweep, but evaluated by other code (DeepStack's model or search files have changed since)"
 
 
 class ChunkLog:
