@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import signal
 import sys
 import time
 from typing import Any
@@ -16,13 +18,33 @@ from deepstack.jsonutil import finite
 
 BAR_REDRAW_S = 0.05  # a progress bar is redrawn on an update at most this often (rich's own timer: 0.1 s)
 
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE  # the status a shell shows for a program its reader stopped (`| head`)
+
+
+def end_on_broken_pipe() -> int:
+    """The reader of stdout went away (``deepstack … | head -1``): send what is left to /dev/null, so that
+    Python's flush at exit raises nothing more, and give the exit status of a program SIGPIPE ended."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return BROKEN_PIPE_EXIT
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich's own ends with status 1, as if the command had failed
+        raise SystemExit(end_on_broken_pipe())
+
+
 # Wide when piped (logs, CI), the terminal's width otherwise.
-console = Console(width=None if sys.stdout.isatty() else 180)
+console = _Console(width=None if sys.stdout.isatty() else 180)
 
 
 def print_json(data: Any) -> None:
     """Machine-readable output on stdout (plain, never wrapped or coloured; NaN/inf become null)."""
-    print(json.dumps(finite(data), indent=2, default=_jsonable, allow_nan=False))
+    text = json.dumps(finite(data), indent=2, default=_jsonable, allow_nan=False)
+    try:
+        print(text)
+    except BrokenPipeError:  # raised here, click would end with status 1, as if the command had failed
+        raise SystemExit(end_on_broken_pipe()) from None
 
 
 def _jsonable(value: Any) -> Any:

@@ -21,7 +21,7 @@ import numpy as np
 from deepstack.errors import UserInputError
 from deepstack.search import pareto
 from deepstack.search.objectives import OBJECTIVES
-from deepstack.search.study_record import trial_solve
+from deepstack.search.study_record import code_of, trial_solve
 from deepstack.search.sweep.output import HARDWARE_COLUMNS, read_sweep
 
 DESIGN_KEYS = (*HARDWARE_COLUMNS, "schedule", "fsdp")
@@ -185,6 +185,10 @@ def check_same_problem(problem: dict, summary: dict, trials: list, study: str, s
     if problem.get("space") != summary.get("space"):
         raise UserInputError(f"--sweep: {sweep_dir} sweeps space {summary.get('space')!r} but study {study!r} "
                              f"searched space {problem.get('space')!r}; compare a study and a sweep of one space")
+    if problem.get("code") != summary.get("code"):  # one side's figures would be ones the other's code never gives
+        raise UserInputError(f"--sweep: {sweep_dir} was evaluated by {code_of(summary)} and study {study!r} by "
+                             f"{code_of(problem)}; compare a study and a sweep of the same code (run the older one "
+                             "again, into a new folder or study)")
     mine, theirs = _scenario_of_study(problem), summary.get("scenario") or {}
     differ = sorted(k for k in set(mine) | set(theirs) if _plain(mine.get(k)) != _plain(theirs.get(k)))
     if differ:

@@ -34,7 +34,7 @@ from deepstack.models.parallel.strategies import (
 )
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.feasibility_tables import FeasibilityTables
-from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint
+from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint, named_presets
 
 DIMS = ("tp", "ep", "sp", "cp", "dp", "pp")
 SOLVE_SECONDS = 10.0  # a repair takes milliseconds; the limit only guards against pathological inputs
@@ -282,9 +282,7 @@ def nearest_feasible(space: DesignSpace, scenario: Scenario, proposal: Proposal)
 def feasibility_of(space: DesignSpace, scenario: Scenario) -> Feasibility:
     """The feasibility model of a space and scenario, built once per process (building it solves tables) and
     again if a chip or NoC file the space names has been edited since."""
-    presets = (*(catalog.load("chips", chip) for chip in space.hardware.chips),
-               *(catalog.load("nocs", noc) for noc in space.hardware.nocs))
-    return _feasibility_of(space, scenario, presets)
+    return _feasibility_of(space, scenario, tuple(named_presets(space).values()))
 
 
 @memo.cached(maxsize=16)

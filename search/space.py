@@ -32,25 +32,23 @@ def load_space(value: str | None) -> DesignSpace:
     value = (value or "default").strip()
     if not value.lower().endswith((".toml", ".yaml", ".yml", ".json")) and "/" not in value:
         return _named_space(value)
-    try:
-        stat = Path(value).stat()
-    except (OSError, ValueError):
-        return _space_file(value, None)  # load_file reports the problem, one line
-    return _space_file(value, (str(Path(value).resolve()), stat.st_mtime_ns, stat.st_size))
+    return _space_file(value, catalog.file_stamp(value))  # None: load_file reports the problem, one line
 
 
 @memo.cached(maxsize=16)
 def _named_space(name: str) -> DesignSpace:
     if name not in space_names():
         raise UserInputError(f"--space: unknown space {name!r}; allowed: {', '.join(space_names())} or a file path")
-    path = SPACES_DIR / f"{name}.toml"
-    return checked_space(load_file(path, expected_kind="space"), path)
+    return _read_space(SPACES_DIR / f"{name}.toml")
 
 
 @memo.cached(maxsize=64)
 def _space_file(value: str, stamp: tuple | None) -> DesignSpace:
     """The space in file ``value`` as it was at ``stamp`` (the memo key: a changed file is another entry)."""
-    path = Path(value)
+    return _read_space(Path(value))
+
+
+def _read_space(path: Path) -> DesignSpace:
     return checked_space(load_file(path, expected_kind="space"), path)
 
 
@@ -150,6 +148,12 @@ def base_points(space: DesignSpace, prune: bool = True) -> list[HardwarePoint]:
                     levels = len(catalog.load("nocs", noc).levels)
                     out.append(HardwarePoint(chip_name, noc, m, n, sram.name, 1.0, (1.0,) * levels))
     return out
+
+
+def named_presets(space: DesignSpace) -> dict:
+    """Every chip and NoC the space names, as loaded now (``chips:<name or path>``, ``nocs:…`` → the preset)."""
+    return {f"{kind}:{ref}": catalog.load(kind, ref)
+            for kind, refs in (("chips", space.hardware.chips), ("nocs", space.hardware.nocs)) for ref in refs}
 
 
 def with_hop_latency(point: HardwarePoint, scale: float) -> HardwarePoint:

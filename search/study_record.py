@@ -15,7 +15,7 @@ from deepstack.search import pareto
 from deepstack.search.bilevel import values
 from deepstack.search.hypervolume import Progress
 from deepstack.search.objectives import OBJECTIVES
-from deepstack.search.studies.provenance import code_digest
+from deepstack.search.studies.provenance import code_digest, space_inputs_digest
 
 ELITE_SIZE = 8  # schedules a screened trial tries: the most frequent on the exactly solved points' Pareto sets
 
@@ -162,31 +162,42 @@ def trial_counts(trials: list) -> dict[str, int]:
 
 
 def check_same_problem(study, problem) -> None:
-    """A study keeps one problem: resuming it with other objectives or another scenario is refused."""
+    """A study keeps one problem: resuming it with other objectives or another scenario is refused, and so is
+    resuming it with other code or after its space, or a chip or NoC file the space names, was edited (its
+    trials were scored by what they were then)."""
     signature = {"objectives": list(problem.objectives), "scenario": problem.scenario.model_dump(mode="json"),
-                 "space": problem.space.name, "code": code_digest()}
+                 "space": problem.space.name, "code": code_digest(), "inputs": space_inputs_digest(problem.space)}
     stored = study.user_attrs.get("problem")
     if stored is None:
         study.set_user_attr("problem", signature)
-    elif stored.get("code") != signature["code"] and {**stored, "code": None} == {**signature, "code": None}:
-        # the same problem, but its trials were scored by other laws: new trials would be ranked against them
-        raise UserInputError(f"--study {study.study_name}: this study's trials were evaluated by other code "
-                             f"({_code_of(stored)}, now {signature['code']}: DeepStack's model or search files "
-                             "have changed since), so new trials would share a front with results the code no "
-                             "longer gives; use a new --study name")
-    elif stored != signature:
-        theirs, ours = stored.get("scenario") or {}, signature["scenario"]
-        fields = ", ".join(f"{k} {_shown(theirs.get(k))} (asked: {_shown(ours.get(k))})"
-                           for k in dict.fromkeys([*theirs, *ours]) if theirs.get(k) != ours.get(k))
-        what = {"objectives": f"objectives {stored.get('objectives')} (asked: {list(problem.objectives)})",
-                "space": f"space {stored.get('space')!r} (asked: {problem.space.name!r})",
-                "scenario": f"another scenario: {fields}"}
-        differs = [text for key, text in what.items() if stored.get(key) != signature[key]]
-        raise UserInputError(f"--study {study.study_name}: this study was created for {'; '.join(differs)}; "
-                             "use a new --study name or the study's own settings")
+        return
+    if stored == signature:
+        return
+    core = ("objectives", "scenario", "space")
+    if all(stored.get(k) == signature[k] for k in core):
+        # the same problem, but its trials were scored by other laws or files: new trials would be ranked
+        # against results that no longer hold
+        if stored.get("code") != signature["code"]:
+            raise UserInputError(f"--study {study.study_name}: this study's trials were evaluated by other code "
+                                 f"({code_of(stored)}, now {signature['code']}: DeepStack's model or search "
+                                 "files have changed since), so new trials would share a front with results the "
+                                 "code no longer gives; use a new --study name")
+        raise UserInputError(f"--study {study.study_name}: its space {problem.space.name!r}, or a chip or NoC file "
+                             "the space names, has changed since this study's trials were evaluated, so new "
+                             "trials would share a front with results those files no longer give; use a new "
+                             "--study name")
+    theirs, ours = stored.get("scenario") or {}, signature["scenario"]
+    fields = ", ".join(f"{k} {_shown(theirs.get(k))} (asked: {_shown(ours.get(k))})"
+                       for k in dict.fromkeys([*theirs, *ours]) if theirs.get(k) != ours.get(k))
+    what = {"objectives": f"objectives {stored.get('objectives')} (asked: {list(problem.objectives)})",
+            "space": f"space {stored.get('space')!r} (asked: {problem.space.name!r})",
+            "scenario": f"another scenario: {fields}"}
+    differs = [text for key, text in what.items() if stored.get(key) != signature[key]]
+    raise UserInputError(f"--study {study.study_name}: this study was created for {'; '.join(differs)}; "
+                         "use a new --study name or the study's own settings")
 
 
-def _code_of(stored: dict) -> str:
+def code_of(stored: dict) -> str:
     return f"code {stored['code']}" if stored.get("code") else "a version that did not record its code"
 
 

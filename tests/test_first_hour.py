@@ -412,3 +412,24 @@ def test_a_sweep_front_row_has_an_id_that_reproduces_it(cli, tmp_path):
     assert again.code == 0, again.err
     metrics = again.json()["metrics"]
     assert (metrics["stps"], metrics["tokens_per_joule"]) == (float(row["stps"]), float(row["tokens_per_joule"]))
+
+
+@pytest.mark.parametrize("output", [[], ["--json"]])
+def test_a_reader_that_stops_early_ends_the_command_quietly(output):
+    """`deepstack evaluate … | head -1`: the reader goes away before the report is written. The command ends
+    without a traceback or a message, with the status a shell gives a program SIGPIPE ended (128 + 13), not 1,
+    which would read as a failure."""
+    import os
+    import shutil
+    import sys
+
+    beside = Path(sys.executable).parent / "deepstack"
+    exe = str(beside) if beside.exists() else shutil.which("deepstack")
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line
+    try:
+        done = subprocess.run([exe, "evaluate", "--model", "llama-3.2-1b", "--batch", "1", *output], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (141, "")

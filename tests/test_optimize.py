@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import signal
 import sqlite3
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from conftest import assert_user_error, run_in_process
+from conftest import MINI8, assert_user_error, run_in_process, write_space
 
 from deepstack.search.optimize import study_points
 from deepstack.search.space import SPACES_DIR
@@ -371,7 +372,11 @@ def kept_study(tmp_path_factory):
 
 
 def _snapshot(url: str):
-    study = _load(url, "keep")
+    return _snapshot_of(url, "keep")
+
+
+def _snapshot_of(url: str, name: str):
+    study = _load(url, name)
     return (optuna.get_all_study_names(url), study.user_attrs,
             [(t.number, t.state, t.values, t.params) for t in study.get_trials()])
 
@@ -413,6 +418,32 @@ def test_a_study_evaluated_by_other_code_is_not_resumed(kept_study, cli, code, n
     result = cli("optimize", "--space", "small", "--study", "keep", "--storage", url, "--trials", "2", "--json")
     assert_user_error(result, "--study keep", "evaluated by other code", needle, "use a new --study name")
     assert _snapshot(url) == before
+
+
+@pytest.mark.parametrize("edited", ["noc", "space"])
+def test_a_study_whose_space_or_noc_file_changed_is_not_resumed(cli, edited, tmp_path, monkeypatch):
+    """A space names its NoC (and chips) only by path: after that file, or the space itself, was edited, the
+    study's trials hold results the files no longer give. Resuming is refused and the study left as it was."""
+    monkeypatch.chdir(tmp_path)
+    noc = tmp_path / "net.toml"
+    noc.write_text(MINI8.read_text())
+    space = write_space(tmp_path / "one.toml", chips=("standard",), stacked=(2,), connected=(1,), hops=(1.0,),
+                        level_bw=(1.0,), fsdp=(False,))
+    space.write_text(space.read_text().replace(json.dumps(str(MINI8)), json.dumps(str(noc))))
+    url = f"sqlite:///{tmp_path / 'edit.db'}"
+    args = ["optimize", "--space", str(space), "--study", "edit", "--storage", url, "--refine", "0", "--json"]
+    assert cli(*args, "--trials", "2").code == 0
+    assert cli(*args, "--trials", "3").code == 0  # the files as they were: resumed
+    before = _snapshot_of(url, "edit")
+    path, old, new = ((noc, "hop_latency_ns = 10.0", "hop_latency_ns = 40.0") if edited == "noc"
+                      else (space, "stacked_layers = [2]", "stacked_layers = [2, 4]"))
+    stat = path.stat()
+    path.write_text(path.read_text().replace(old, new))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+    result = cli(*args, "--trials", "4")
+    assert_user_error(result, "--study edit", "has changed since this study's trials were evaluated",
+                      "use a new --study name")
+    assert _snapshot_of(url, "edit") == before
 
 
 # --- the thermal constraint in the front and in compare -----------------------------------------------------

@@ -272,6 +272,38 @@ def test_a_sweep_whose_noc_file_or_code_changed_is_not_resumed(cli, tmp_path):
     assert (out / "points.csv").read_bytes() == points
 
 
+def test_a_sweep_whose_noc_file_changed_while_it_ran_writes_no_results(tmp_path):
+    """The workers read the NoC file as they find it: edited after the first chunk, the later chunks time another
+    network than the first. The sweep ends with one line naming the change and writes no points.csv or front;
+    its chunks stay, and the same command is then refused as a changed sweep."""
+    from deepstack.errors import UserInputError
+    from deepstack.search.space import load_space, scenarios
+    from deepstack.search.sweep import sweep
+
+    noc = tmp_path / "net.toml"
+    noc.write_text(MINI8.read_text())
+    space = write_space(tmp_path / "two.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
+                        level_bw=(1.0,), fsdp=(False,))
+    space.write_text(space.read_text().replace(json.dumps(str(MINI8)), json.dumps(str(noc))))
+    out = tmp_path / "out"
+    stat = noc.stat()
+
+    def edit_after_the_first_chunk(done: int, total: int) -> None:
+        if done == 1:
+            noc.write_text(noc.read_text().replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0"))
+            os.utime(noc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+
+    kwargs = {"mode": "exhaustive", "space": str(space), "scenario": scenarios(load_space(str(space)))[0],
+              "objectives": ["stps", "tokens_per_joule"], "out": str(out), "workers": 1}
+    with pytest.raises(UserInputError, match="a chip or NoC file it names changed while the sweep ran") as raised:
+        sweep(**kwargs, progress=edit_after_the_first_chunk)
+    assert "new --out folder" in str(raised.value) and "\n" not in str(raised.value)
+    assert not (out / "points.csv").exists() and not (out / "pareto.csv").exists()
+    assert len(list((out / "chunks").glob("*.jsonl"))) == 2
+    with pytest.raises(UserInputError, match="a chip or NoC file it names has changed since"):
+        sweep(**kwargs)
+
+
 @pytest.mark.parametrize("stamp", ["", "{}", "[1]", '{"wall_s": 1.0}'])
 def test_a_sweep_folder_whose_stamp_cannot_be_read_is_refused(cli, sweep_space, reference, tmp_path, stamp):
     # the stamp is what lets the chunks beside it be read back as this sweep's: unreadable, it vouches for none

@@ -400,6 +400,20 @@ def test_compare_against_the_exhaustive_sweep(tiny):
                                                          / figures["sweep"]["hypervolume"])
 
 
+@pytest.mark.parametrize(("code", "needle"), [("0" * 16, "code 0000000000000000"),
+                                              (None, "a version that did not record its code")])
+def test_compare_refuses_a_sweep_of_other_code(tiny, cli, code, needle, tmp_path, monkeypatch):
+    """A study and a sweep evaluated by different laws would compare fronts neither code gives: refused."""
+    folder = tmp_path / "old"
+    shutil.copytree(tiny["cwd"] / "exhaustive", folder)
+    summary = json.loads((folder / "summary.json").read_text())
+    summary.pop("code")
+    (folder / "summary.json").write_text(json.dumps(summary if code is None else {**summary, "code": code}))
+    monkeypatch.chdir(tiny["cwd"])
+    result = cli("compare", "--study", "tiny", "--storage", "sqlite:///tiny.db", "--sweep", str(folder))
+    assert_user_error(result, "--sweep", needle, "compare a study and a sweep of the same code")
+
+
 def test_compare_hypervolumes_recomputed_by_hand(tiny):
     figures = json.loads(tiny["runs"]["compare"].stdout)
     reference = figures["reference_point"]

@@ -96,11 +96,18 @@ def load(kind: str, value: str):
     given = value.strip()
     if not _is_path(given) and given.lower() in names(kind):
         return _load_preset(kind, given.lower())
+    # None: the file cannot be read, and load_data reports the problem as it does, one line
+    return _load_file(kind, value, file_stamp(given))
+
+
+def file_stamp(path: str) -> tuple | None:
+    """(absolute path, modification time, size) of a file, the key under which its loaded content is kept (a
+    changed file is another key), or None when it cannot be read."""
     try:
-        stamp = os.stat(given)
+        stamp = os.stat(path)
     except (OSError, ValueError):
-        return _load_file(kind, value, None)  # reports the problem as load_data does, one line
-    return _load_file(kind, value, (os.path.abspath(given), stamp.st_mtime_ns, stamp.st_size))
+        return None
+    return os.path.abspath(path), stamp.st_mtime_ns, stamp.st_size
 
 
 @functools.lru_cache(maxsize=256)

@@ -20,6 +20,7 @@ from deepstack.cli.search import compare, dashboard, optimize, sweep
 from deepstack.cli.study import study_app
 from deepstack.errors import RunInterruptedError, UserInputError
 from deepstack.registry import load_plugins
+from deepstack.report import end_on_broken_pipe
 
 __all__ = ["app", "catalog", "collective", "compare", "dashboard", "evaluate", "kernel", "main", "optimize", "run",
            "strategies", "sweep", "validate"]
@@ -65,4 +66,9 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main() -> None:
-    sys.exit(run())
+    status = run()
+    try:
+        sys.stdout.flush()  # what is still buffered meets a reader that went away here, not in Python's exit
+    except BrokenPipeError:
+        status = end_on_broken_pipe()
+    sys.exit(status)

@@ -38,7 +38,7 @@ from deepstack.search.space import (
     with_hop_latency,
     with_level_bw,
 )
-from deepstack.search.studies.provenance import code_digest
+from deepstack.search.studies.provenance import code_digest, presets_digest
 from deepstack.search.sweep import output
 from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, run_tier
 from deepstack.search.sweep.points import SweepTask, affinity_order
@@ -112,14 +112,11 @@ def _fingerprint(design_space: DesignSpace, scenario: Scenario, mode: str, objec
     """What a sweep's finished chunks depend on, in parts a refusal can name: the sweep itself (space, scenario,
     mode, objectives, chunking), the chip and NoC files the space names (their content, which the space holds
     only by name or path), and the code that evaluated them."""
-    presets = {f"{kind}:{ref}": catalog.load(kind, ref).model_dump(mode="json")
-               for kind, refs in (("chips", design_space.hardware.chips), ("nocs", design_space.hardware.nocs))
-               for ref in refs}
     sweep = {"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
              "space": design_space.model_dump(mode="json"), "scenario": scenario.model_dump(mode="json"),
              "objectives": objectives, "ttft": with_ttft}
-    return {part: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-            for part, value in (("sweep", sweep), ("presets", presets), ("code", code_digest()))}
+    return {"sweep": hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest(),
+            "presets": presets_digest(design_space), "code": code_digest()}
 
 
 def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[str], out: str,
@@ -140,7 +137,11 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     check_output_folder(out)  # before any point is evaluated: every chunk is written there
     design_space = load_space(space)
     space_ref = space or "default"
-    log = ChunkLog(Path(out), _fingerprint(design_space, scenario, mode, objectives, with_ttft))
+
+    def fingerprint() -> dict:  # of the files as they are now (load_space reads an edited space file again)
+        return _fingerprint(load_space(space), scenario, mode, objectives, with_ttft)
+
+    log = ChunkLog(Path(out), fingerprint())
     started = log.started = time.perf_counter()
     tally = executor.Tally(progress)
     # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;
@@ -150,8 +151,12 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
         try:
             runner = executor.chunk_runner(backend, workers, scheduler, shelter=stops.deferred)
             with stops.evaluating(), runner as run_chunks:
-                return _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
-                                    run_chunks, started, tally)
+                result, rows = _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft,
+                                            log, run_chunks, started, tally)
+                log.check_unchanged(fingerprint())
+                with log.shelter():  # a signal while the files are written waits for the last of them
+                    output.write(result, rows, scenario, design_space)
+                return result
         except BaseException as exc:
             if not stops.ended(exc):
                 raise
@@ -163,7 +168,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
 
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                 started, tally) -> SweepResult:
+                 started, tally) -> tuple[SweepResult, list[dict]]:
     read_back = {}
 
     def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
@@ -206,6 +211,4 @@ def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_
     result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers),
                          wall_s, out, objectives, front, tiers,
                          log.read_back, log.timeline, with_ttft, run_s)
-    with log.shelter():  # a signal while the files are written waits for the last of them
-        output.write(result, rows, scenario, design_space)
-    return result
+    return result, rows

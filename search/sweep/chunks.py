@@ -68,6 +68,16 @@ class ChunkLog:
         self.finished_s = self._recorded()
         self.offset_s = max((t for t in self.finished_s.values() if t is not None), default=0.0)
 
+    def check_unchanged(self, fingerprint: dict[str, str]) -> None:
+        """Refuse to write a sweep's results when the files it read (the space, a chip or NoC file it names)
+        changed while it ran: its workers read them as they found them, so its rows may mix two versions."""
+        changed = [what for part, what in (("sweep", "the space file"), ("presets", "a chip or NoC file it names"))
+                   if fingerprint[part] != self.fingerprint[part]]
+        if changed:
+            raise UserInputError(f"--space: {' and '.join(changed)} changed while the sweep ran, so its rows may "
+                                 f"mix two versions; no points.csv was written (its chunks stay in {self.folder}/): "
+                                 "sweep again into a new --out folder")
+
     def _recorded(self) -> dict[str, float | None]:
         """Chunk → its finishing second, from ``evaluated.log`` (lines ``<tier>-<index> <seconds>``; an older
         sweep's lines hold the chunk's name alone)."""

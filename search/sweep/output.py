@@ -16,6 +16,7 @@ from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import pareto
 from deepstack.search.front_design import enrich, named_nocs
 from deepstack.search.objectives import OBJECTIVES
+from deepstack.search.studies.provenance import code_digest
 from deepstack.search.study_front import one_per_objective_vector
 from deepstack.search.sweep.points import METRIC_COLUMNS
 
@@ -78,7 +79,7 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
             writer.writerows(_csv_cells(data, names))
     summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
                "wall_s": result.wall_s, "run_s": result.run_s, "objectives": result.objectives,
-               "tiers": result.tiers,
+               "tiers": result.tiers, "code": code_digest(),
                "space": space.name, "scenario": json.loads(scenario.model_dump_json(exclude={"model"})) | {
                    "model": scenario.model.name}}
     read_back = getattr(result, "read_back", 0)
