@@ -9,6 +9,7 @@ every CP and SP rank (it once counted one rank's)."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import MINI8
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -81,6 +82,28 @@ def test_no_decode_step_beats_its_weight_stream(tp, pp, batch, stacking):
     peak_Bps = resolve_device(chip, m, n, network, None, 1.0).dram.peak_bw_Bps
     assert report.metrics.stps <= batch * peak_Bps / share_B
 
+
+
+@pytest.mark.parametrize(("tp", "pp", "batch", "microbatches", "stage_times"), [
+    (4, 2, 1, 1, 2),  # one request: its token crosses both stages in turn, the second idles during the first
+    (2, 4, 2, 2, 4),  # two single-request microbatches cannot fill four stages: 4 stage-times, not 2
+    (1, 8, 2, 2, 8),
+    (1, 8, 64, 8, 8),  # 64 requests fill 8 stages: 8 microbatches of 8, one stage-time each in the steady state
+])
+def test_a_decode_step_is_max_of_microbatches_and_stages(tp, pp, batch, microbatches, stage_times):
+    """A decode step on pp stages with m microbatches lasts max(m, pp) stage-times (paper §3.3.1): every token
+    passes the stages one after another, so however few microbatches the batch makes, the step cannot end
+    before the last one has crossed all pp stages. Flat schedules of Llama-3.2-1B on mini8, m = n = 4."""
+    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
+    scenario = Scenario(model="llama-3.2-1b", phase="decode", batch=batch, input_len=1024)
+    schedule = Schedule.parse(f"tp={tp},pp={pp},dp={8 // (tp * pp)}")
+    point = DesignPoint(chip=chip, scenario=scenario, schedule=schedule, network=network, stacked_layers=4,
+                        connected_layers=4)
+    report = evaluate(point, with_ttft=False)
+    assert report.schedule.microbatches == microbatches
+    steps = report.breakdown
+    assert steps.phase_time_s == pytest.approx(stage_times * steps.stage_time_s, rel=1e-12)
+    assert report.metrics.stps == pytest.approx(batch / steps.phase_time_s, rel=1e-12)
 
 # Qwen3-30B-A3B (hidden 2,048, 48 layers, 32 heads and 4 KV heads of 128, 128 experts of 768, top-8): q and o
 # (2,048 × 4,096), k and v (2,048 × 512), the router (2,048 × 128) and the 8 experts a token visits (3 × 2,048 × 768)
