@@ -11,16 +11,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import assert_user_error
+from conftest import MINI8, assert_user_error
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
-from deepstack.models import power
+from deepstack.models import dvfs, power
+from deepstack.models.design import DesignPoint
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import resolve_device
+from deepstack.models.pipeline import run_phase
+from deepstack.schema import Scenario, Schedule
 from deepstack.schema.hardware import HBMDram
 
 PJ = 1e-12
@@ -166,6 +169,25 @@ def test_operator_energy_by_hand():
     assert core == pytest.approx(3 * (0.84 + 5.967e-4 + 4.774e-4 + 2.694e-3 + 1.415e-2 + 5.128e-3), rel=1e-3)
     assert dram == pytest.approx(3 * 1e9 * 7.848 * PJ)
 
+
+
+def test_a_steps_core_energy_falls_as_the_clock_squared_and_its_memory_and_network_energy_stay():
+    # V ∝ f, so every switched operation costs C·V² ∝ f²: at 0.8 × the nominal clock a step's core energy is
+    # 0.64 × the nominal one, at half the clock a quarter (not f³: that is power, energy × f). DRAM and network
+    # bytes cost their energy per byte whatever the core clock (they are not on its DVFS rail). A real step:
+    # Llama-3.2-1B decode b8 on mini8 with TP 8, so it moves bytes on both network levels.
+    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
+    point = DesignPoint(chip=chip, network=network, scenario=Scenario(model="llama-3.2-1b", phase="decode", batch=8),
+                        schedule=Schedule.parse("tp=8"), stacked_layers=4, connected_layers=4)
+    dev = resolve_device(chip, 4, 4, network)
+    phase = run_phase(point, dev, point.scenario)
+    c, noc_J_per_B = power.coefficients(dev), dvfs.noc_J_per_B(network)
+    core, dram, net = phase.energy_J(c, 1.0, noc_J_per_B, 8)
+    assert core > 0 and dram > 0 and net > 0
+    for scale in (0.8, 0.5):
+        core_at, dram_at, net_at = phase.energy_J(c, scale, noc_J_per_B, 8)
+        assert core_at == pytest.approx(scale**2 * core, rel=1e-12)
+        assert (dram_at, net_at) == (dram, net)
 
 def test_coefficients_follow_the_process_node():
     dgx = resolve_device(catalog.load("systems", "dgx-h100").architecture)
