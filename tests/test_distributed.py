@@ -30,6 +30,7 @@ from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
 from deepstack.models.network import NetworkTopology, TopologyLevel, route_traffic
 from deepstack.models.parallel import communication
+from deepstack.models.pipeline.rows import CommRow, OverlapRow
 from deepstack.schema import Scenario, Schedule
 
 GB = 1e9
@@ -296,6 +297,46 @@ def test_eq5_is_never_slower_than_serial_when_latency_dominates():
     # 0.5 + (0 + 10) + max(0.5, 0 + 10) = 20.5 µs — the latency is paid twice; the model caps it at serial.
     assert overlap_time_s(2, 1 * US, 0.0, 10 * US) == pytest.approx(11 * US)
 
+
+
+# an 8-port switch at 100 GB/s, δ = 500 ns; a direct all-gather of 1 MB per rank: every uplink carries the 7 MB
+# its rank sends, 70 µs, over 2 hops of 0.5 µs: T = 71 µs, of which L_net = 1 µs
+SWITCH8_100 = NetworkTopology.single("switch", 8, 100 * GB, 500 * NS)
+
+
+def _gather_1mb():
+    result = collective_time("all_gather", 1e6, tuple(range(8)), SWITCH8_100, "direct")
+    assert (result.time_s, result.latency_s) == (pytest.approx(71 * US), pytest.approx(1 * US))
+    return result
+
+
+@pytest.mark.parametrize(("behind_s", "exposed_s"), [(0.0, 71 * US), (30 * US, 41 * US), (70 * US, 1 * US),
+                                                     (500 * US, 1 * US)])
+def test_a_prefetched_gather_shows_its_bandwidth_beyond_the_compute_and_all_its_latency(behind_s, exposed_s):
+    # FSDP's weight all-gather is prefetched behind the previous layer's compute (docs/model.md §10): the compute
+    # hides the 70 µs of bandwidth time up to its own length, never the 1 µs of latency (the last byte still has
+    # to cross the hops after the compute ends): 71 − 30 = 41 µs behind 30 µs; 1 µs behind 70 µs or more
+    row = CommRow("attention", 1, "fsdp_all_gather", _gather_1mb(), hidden_behind_s=behind_s)
+    assert row.time_at(1.0) == pytest.approx(exposed_s, rel=1e-9)
+
+
+def test_an_overlapped_row_lies_between_its_slower_side_and_running_serially():
+    # eq. 5 on rows: a GEMM overlapped with the 71 µs all-gather takes at least the longer of the two and at most
+    # the GEMM followed by the whole collective. One wave (a decode GEMM of 4 rows on the 8 PEs) cannot pipeline:
+    # exactly T_gemm + 71 µs. 256 waves (4,096 rows) compute-bound: T_gemm + τ_comm + L = T_gemm + 70/256 + 1 µs,
+    # the last wave's share of the bandwidth and the latency.
+    dev = resolve_device(catalog.load("chips", "standard"))
+    gather = _gather_1mb()
+    one_wave = tune_gemm(Gemm("o_proj", m=4, n=2048, k=2048), dev)
+    many = tune_gemm(Gemm("o_proj", m=4096, n=2048, k=2048), dev)
+    assert (one_wave.waves, many.waves) == (1, 256) and many.time_s > 10 * gather.time_s
+    for timing in (one_wave, many):
+        t = OverlapRow("attention", 1, timing, "tp_all_gather", gather).time_at(1.0)
+        assert max(timing.time_s, gather.time_s) <= t <= timing.time_s + gather.time_s
+    assert OverlapRow("attention", 1, one_wave, "tp_all_gather", gather).time_at(1.0) == pytest.approx(
+        one_wave.time_s + 71 * US, rel=1e-12)
+    assert OverlapRow("attention", 1, many, "tp_all_gather", gather).time_at(1.0) == pytest.approx(
+        many.time_s + 70 * US / 256 + 1 * US, rel=1e-12)
 
 @pytest.mark.parametrize(("comm_bw_s", "latency_s"), [(0.0, 0.0), (2 * US, 0.1 * US), (50 * US, 1 * US)])
 def test_overlap_tuner_is_never_worse_than_the_plain_tiling(comm_bw_s, latency_s):
