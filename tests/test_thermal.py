@@ -162,6 +162,21 @@ def test_an_overdrawn_device_meets_the_thermal_wall_below_its_tdp():
     assert limit == dvfs.POWER_WALL
 
 
+
+def test_stacked_layers_set_the_thermal_limit_whether_connected_or_not():
+    """Heat flows through every stacked layer, connected to the logic die or not: m = 8 layers with only n = 2
+    connected (capacity without bandwidth) have R(8) = 0.64 °C/W, so the package removes 93.75 W at 85 °C and the
+    thermal clock is F_TH_8 = 0.976, as for m = n = 8, not that of two layers (R(2) = 0.58: 103.4 W > TDP, nominal).
+    The 180 W step then meets the thermal wall at ((93.75 − 10)/180)^(1/3) at 85 °C (T = 25 + 0.64 × 93.75), as
+    for the fully connected stack."""
+    dev = resolve_device(catalog.load("chips", "standard"), 8, 2)
+    assert (dev.dram.stacked_layers, dev.dram.connected_layers) == (8, 2)
+    assert dvfs.power_budget_w(dev) == pytest.approx(93.75)
+    assert dvfs.thermal_scale(dev) == pytest.approx(F_TH_8, rel=1e-12)
+    scale, _, power_w, temperature, limit = _dvfs(_Step(1e-3, 0.18), dev)
+    assert scale == pytest.approx((83.75 / 180) ** (1 / 3), rel=1e-9) and power_w == pytest.approx(93.75, rel=1e-9)
+    assert temperature == pytest.approx(85.0) and limit == dvfs.THERMAL_WALL
+
 def _boosted(m: int, ambient_c: float | None = None):
     chip = cooled(catalog.load("chips", "standard"), ambient_c, None)
     chip = chip.model_copy(update={"thermal": chip.thermal.model_copy(update={"dvfs": dvfs.BOOST})})
