@@ -36,6 +36,20 @@ def _attention_ops(model: str, context: int) -> dict[str, Attention]:
     return ops
 
 
+
+def test_a_decode_step_attends_to_the_mean_cache_over_the_generation():
+    # without decode_kv_len a decode step stands for the whole generation: a request holds its 1,024 prompt tokens
+    # plus 0 … 511 of its 512 generated ones, 1,024 + 512/2 = 1,280 cached tokens on average (docs/model.md §5),
+    # not the end-of-generation 1,536 that sizes the KV cache. Llama-3.3-70B at TP8: 8 query heads sharing one KV
+    # head, 8 × 1,280 × (128 + 128) × 2 = 5,242,880 FLOPs, K and V of 1,280 × 128 × 2 B each = 655,360 B
+    llm = load("llms", "llama-3.3-70b")
+    sc = Scenario(model=llm, phase="decode", batch=1, input_len=1024, output_len=512)
+    layer = next(layer for layer in build_workload(llm, sc, TP8.attention, TP8.ffn, 1) if layer.kind == "dense")
+    op = next(op for op in layer.ops if isinstance(op, Attention))
+    assert (op.kv_len, op.flops) == (1280, 5_242_880)
+    assert tune_attention(op, DEV).dram_B == 655_360
+    assert op == _attention_ops("llama-3.3-70b", 1280)["attention"]
+
 def test_llama_70b_gqa_decode_at_32k_on_tp8_by_hand():
     # Llama-3.3-70B: 64 query heads, 8 KV heads of 128 → per TP8 rank 8 query heads sharing 1 KV head.
     # FLOPs: 8 heads × 32,768 keys × (128 MACs of q·k + 128 of p·v) × 2 = 134,217,728
