@@ -106,6 +106,15 @@ def test_a_wave_that_only_writes_is_not_bound_by_littles_law():
     assert scores.time_s < 1e-4  # 3 MiB of outputs: microseconds, not the 0.4 s the floor gave
 
 
+
+def test_a_wave_is_never_faster_than_the_pes_l1_can_take_its_bytes():
+    """Eq. 3's third bound (docs/model.md §4): data enters the PEs no faster than their L1 write ports take it.
+    1 MB with 1 GB in flight (Little's law: 1e9 / 130 ns, no bound) into PEs that take 100 GB/s: 1e6 / 100e9 =
+    10 µs, not the 0.611 µs of the peak; with a fill rate above the peak the peak binds again."""
+    assert dram.wave_dram_time_s(DIRECT, 1e6, 1e9, 100e9, 0.0) == pytest.approx(1e6 / 100e9)
+    assert dram.wave_dram_time_s(DIRECT, 1e6, 1e9, 1e15, 0.0) == pytest.approx(1e6 / PEAK_Bps)
+
+
 def test_little_law():
     # eq. 1: 1 MiB in flight over 130 ns sustains at most 8.066 TB/s
     assert dram.little_bw_Bps(2**20, 130e-9) == pytest.approx(2**20 / 130e-9)
