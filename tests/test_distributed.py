@@ -338,6 +338,7 @@ def test_an_overlapped_row_lies_between_its_slower_side_and_running_serially():
     assert OverlapRow("attention", 1, many, "tp_all_gather", gather).time_at(1.0) == pytest.approx(
         many.time_s + 70 * US / 256 + 1 * US, rel=1e-12)
 
+
 @pytest.mark.parametrize(("comm_bw_s", "latency_s"), [(0.0, 0.0), (2 * US, 0.1 * US), (50 * US, 1 * US)])
 def test_overlap_tuner_is_never_worse_than_the_plain_tiling(comm_bw_s, latency_s):
     # tune_gemm_overlapped minimises eq. 5 over the same candidates tune_gemm minimises time over.
@@ -378,6 +379,17 @@ def test_dense_tp_collectives_per_layer_and_their_sizes():
     ]
     assert {c.name: c.bytes_per_rank for c in stage} == {"embedding_allreduce": 16384, "sampler_allreduce": 32}
     assert communication.fsdp_comms(sc.model, sc, s, moe=False) == []
+
+
+def test_fsdp_gathers_one_layer_from_the_shards_of_its_dp_group():
+    # llama-3.2-1b, tp=2, dp=4, fsdp: one layer's weights on a TP rank are attention (q 2048 × 16·64, k and v
+    # 2048 × 4·64 each, o 16·64 × 2048: 2,097,152 + 2 · 524,288 + 2,097,152 = 5,242,880) + SwiGLU (3 · 2048 · 4096 =
+    # 25,165,824) = 30,408,704 BF16 weights = 60,817,408 B, sharded over the 4 DP ranks: each rank's all-gather
+    # input is its shard, 60,817,408 / 4 = 15,204,352 B (the all-gather then moves the other 3 shards to it)
+    sc = _scenario("llama-3.2-1b", 8)
+    s = Schedule.parse("tp=2,dp=4,fsdp")
+    assert [(c.name, c.op, c.dim, c.bytes_per_rank) for c in communication.fsdp_comms(sc.model, sc, s, moe=False)] == [
+        ("fsdp_weight_gather", "all_gather", "a_dp", 15_204_352)]
 
 
 def test_moe_ep_dispatch_and_combine_sizes():
