@@ -392,6 +392,23 @@ def test_fsdp_gathers_one_layer_from_the_shards_of_its_dp_group():
         ("fsdp_weight_gather", "all_gather", "a_dp", 15_204_352)]
 
 
+@pytest.mark.parametrize(("phase", "parallel", "tokens"), [
+    ("prefill", "tp=1", 2 * 1024),  # 2 prompts of 1,024 on one device
+    ("prefill", "cp=4", 2 * 1024 // 4),  # each CP rank projects its quarter of every prompt's tokens
+    ("prefill", "sp=4", 2 * 1024 // 4),
+    ("decode", "cp=4", 16 // 4),  # 16 requests' new tokens, a quarter per CP rank (flash decoding across ranks)
+])
+def test_cp_and_sp_split_the_tokens_of_the_linear_layers(phase, parallel, tokens):
+    # llama-3.2-1b: the projections of a CP or SP rank see 1/4 of the tokens (docs/model.md §5), so its GEMMs
+    # have that many rows; CP does not replicate the linear layers' work on every rank
+    sc = _scenario("llama-3.2-1b", 2 if phase == "prefill" else 16, phase)
+    s = Schedule.parse(parallel)
+    assert device_share(sc.model, sc, s.attention, 1).tokens == tokens
+    layer = next(layer for layer in build_workload(sc.model, sc, s.attention, s.ffn, 1) if layer.kind == "dense")
+    rows = {op.name: op.m for op in layer.ops if op.name in ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")}
+    assert rows == dict.fromkeys(("qkv_proj", "o_proj", "gate_up_proj", "down_proj"), tokens)
+
+
 def test_moe_ep_dispatch_and_combine_sizes():
     # qwen3-30b-a3b (d = 2048, top-8, no shared experts, a16), ep=16, tp=4, dp=4, decode batch 256:
     # attention replicas dp·ep = 64 → 4 tokens per device; dispatch sends top-k copies of each token:
