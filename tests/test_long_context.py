@@ -50,6 +50,7 @@ def test_a_decode_step_attends_to_the_mean_cache_over_the_generation():
     assert tune_attention(op, DEV).dram_B == 655_360
     assert op == _attention_ops("llama-3.3-70b", 1280)["attention"]
 
+
 def test_llama_70b_gqa_decode_at_32k_on_tp8_by_hand():
     # Llama-3.3-70B: 64 query heads, 8 KV heads of 128 → per TP8 rank 8 query heads sharing 1 KV head.
     # FLOPs: 8 heads × 32,768 keys × (128 MACs of q·k + 128 of p·v) × 2 = 134,217,728

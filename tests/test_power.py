@@ -189,6 +189,14 @@ def test_a_steps_core_energy_falls_as_the_clock_squared_and_its_memory_and_netwo
         assert core_at == pytest.approx(scale**2 * core, rel=1e-12)
         assert (dram_at, net_at) == (dram, net)
 
+
+def test_network_energy_per_byte_is_eight_bits_at_the_levels_energy_per_bit():
+    # mini8: the die switch at 1.0 pJ/bit and UCIe at 0.3 pJ/bit move a byte for 8 pJ and 2.4 pJ
+    per_byte = dvfs.noc_J_per_B(catalog.load("nocs", str(MINI8)))
+    assert [e / PJ for e in per_byte] == pytest.approx([8.0, 2.4])  # in pJ: approx's 1e-12 abs floor would pass 1 pJ
+    assert dvfs.noc_J_per_B(None) == ()
+
+
 def test_coefficients_follow_the_process_node():
     dgx = resolve_device(catalog.load("systems", "dgx-h100").architecture)
     assert dgx.process_nm == 4

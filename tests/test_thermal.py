@@ -177,6 +177,7 @@ def test_stacked_layers_set_the_thermal_limit_whether_connected_or_not():
     assert scale == pytest.approx((83.75 / 180) ** (1 / 3), rel=1e-9) and power_w == pytest.approx(93.75, rel=1e-9)
     assert temperature == pytest.approx(85.0) and limit == dvfs.THERMAL_WALL
 
+
 def _boosted(m: int, ambient_c: float | None = None):
     chip = cooled(catalog.load("chips", "standard"), ambient_c, None)
     chip = chip.model_copy(update={"thermal": chip.thermal.model_copy(update={"dvfs": dvfs.BOOST})})

@@ -105,6 +105,7 @@ def test_a_decode_step_is_max_of_microbatches_and_stages(tp, pp, batch, microbat
     assert steps.phase_time_s == pytest.approx(stage_times * steps.stage_time_s, rel=1e-12)
     assert report.metrics.stps == pytest.approx(batch / steps.phase_time_s, rel=1e-12)
 
+
 # Qwen3-30B-A3B (hidden 2,048, 48 layers, 32 heads and 4 KV heads of 128, 128 experts of 768, top-8): q and o
 # (2,048 × 4,096), k and v (2,048 × 512), the router (2,048 × 128) and the 8 experts a token visits (3 × 2,048 × 768)
 MOE_LINEAR_FLOPS_PER_TOKEN = 2 * 48 * (2 * 2048 * 4096 + 2 * 2048 * 512 + 2048 * 128 + 8 * 3 * 2048 * 768)
