@@ -355,6 +355,24 @@ def test_overlap_tuner_is_never_worse_than_the_plain_tiling(comm_bw_s, latency_s
         assert tuned.time_s == pytest.approx(plain.time_s)  # nothing to hide: the fastest tiling
 
 
+def test_the_overlap_tuner_gives_up_reuse_for_waves_when_the_collective_dominates():
+    # o_proj 64 × 2048 × 2048 on a Standard cluster (8 PEs) before a collective of 50 µs bandwidth time and 1 µs
+    # latency (paper §4.1.5, Fig. 7). Its fastest tiling alone runs 4 waves (64×64 tiles), too few to hide the
+    # collective: eq. 5 = τ_comp + (12.5 + 1) + max(3 τ_comp, 3 · 12.5 + 1) µs = T/4 + 13.5 + 38.5 µs (T ≈ 11.8 µs
+    # of GEMM: the communication-bound steady state). Smaller tiles make more waves, so each wave's share of the
+    # collective shrinks: a slower GEMM, a faster GEMM + collective. The tuner must take that trade.
+    dev = resolve_device(catalog.load("chips", "standard"))
+    gemm = Gemm("o_proj", m=64, n=2048, k=2048)
+    plain = tune_gemm(gemm, dev)
+    tuned = tune_gemm_overlapped(gemm, dev, 50 * US, 1 * US)
+    assert plain.waves == 4
+    assert overlap_time_s(plain.waves, plain.time_s, 50 * US, 1 * US) == pytest.approx(
+        plain.time_s / 4 + 13.5 * US + 38.5 * US, rel=1e-12)
+    assert tuned.waves > plain.waves and tuned.time_s > plain.time_s
+    assert (overlap_time_s(tuned.waves, tuned.time_s, 50 * US, 1 * US)
+            < overlap_time_s(plain.waves, plain.time_s, 50 * US, 1 * US) - 1 * US)
+
+
 # ------------------------------------------------------------------------ collectives per layer and layouts
 
 
