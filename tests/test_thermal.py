@@ -276,6 +276,22 @@ def test_report_temperature_is_ambient_plus_r_times_power():
     assert report.as_dict()["metrics"]["power_density_W_per_mm2"] == m.power_density_W_per_mm2
 
 
+def test_a_decode_reports_ttft_is_its_prefill_at_the_devices_clock():
+    """A 3D device runs one clock (the paper's DVFS): Llama-3.2-1B b8 at m = n = 8 runs decode and prefill at the
+    thermal clock 1.4 GHz × F_TH_8 (both under the budget), so a decode report's TTFT is the prefill report's
+    time, slower than the prefill at the nominal clock: the compute-bound prefill stretches by about 1/F_TH_8."""
+    chip = catalog.load("chips", "standard")
+
+    def report(phase: str):
+        return evaluate(DesignPoint(chip=chip, scenario=Scenario(model="llama-3.2-1b", phase=phase, batch=8),
+                                    schedule=Schedule(), stacked_layers=8, connected_layers=8))
+
+    decode, prefill = report("decode"), report("prefill")
+    assert decode.metrics.frequency_ghz == prefill.metrics.frequency_ghz == pytest.approx(NOMINAL_GHZ * F_TH_8)
+    assert decode.metrics.ttft_s == pytest.approx(prefill.metrics.ttft_s, rel=1e-12)
+    assert prefill.metrics.ttft_s == pytest.approx(prefill.breakdown.phase_time_s, rel=1e-12)
+
+
 DESIGNS = [(m, phase, batch) for m in (2, 4, 8) for phase, batch in (("decode", 1), ("prefill", 4))]
 AMBIENTS_C = (0.0, 15.0, 25.0, 35.0, 45.0, 55.0, 65.0, 75.0, 80.0, 84.0)
 
