@@ -18,6 +18,7 @@ from deepstack import catalog
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
+from deepstack.models.pipeline import run_phase
 from deepstack.schema import Scenario, Schedule
 
 HIDDEN, LAYERS, KV_WIDTH, FFN = 2048, 16, 8 * 64, 8192
@@ -104,6 +105,27 @@ def test_a_decode_step_is_max_of_microbatches_and_stages(tp, pp, batch, microbat
     steps = report.breakdown
     assert steps.phase_time_s == pytest.approx(stage_times * steps.stage_time_s, rel=1e-12)
     assert report.metrics.stps == pytest.approx(batch / steps.phase_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(("phase", "batch", "parallel"), [("prefill", 16, "tp=4,pp=2"), ("decode", 256, "tp=2,pp=4")])
+def test_the_pipeline_runs_its_fastest_microbatch_count(phase, batch, parallel):
+    """Without a count in the schedule, the pipeline tries pp, 2·pp and 4·pp microbatches (docs/model.md §11) and
+    runs the fastest: its step is no slower than any of them given explicitly, and equal to one. 16 prompts on
+    pp = 2 as 2, 4 or 8 microbatches: 8 is the fastest here (m + pp − 1 = 9 stage-times of 2 prompts each,
+    against 3 of 8 prompts: the bubble is a ninth of the step instead of a third); the first option would not be."""
+    chip, network = catalog.load("chips", "standard"), catalog.load("nocs", str(MINI8))
+    dev = resolve_device(chip, 4, 4, network)
+    scenario = Scenario(model="llama-3.2-1b", phase=phase, batch=batch)
+
+    def step_s(schedule: str) -> float:
+        point = DesignPoint(chip=chip, network=network, scenario=scenario, schedule=Schedule.parse(schedule),
+                            stacked_layers=4, connected_layers=4)
+        return run_phase(point, dev, scenario).time_at(1.0)
+
+    pp = Schedule.parse(parallel).pp
+    given = [step_s(f"{parallel},microbatches={m}") for m in (pp, 2 * pp, 4 * pp)]
+    assert len(set(given)) == 3  # the counts do differ
+    assert step_s(parallel) == min(given)
 
 
 # Qwen3-30B-A3B (hidden 2,048, 48 layers, 32 heads and 4 KV heads of 128, 128 experts of 768, top-8): q and o
