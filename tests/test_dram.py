@@ -115,6 +115,22 @@ def test_a_wave_is_never_faster_than_the_pes_l1_can_take_its_bytes():
     assert dram.wave_dram_time_s(DIRECT, 1e6, 1e9, 1e15, 0.0) == pytest.approx(1e6 / PEAK_Bps)
 
 
+def test_a_tensor_stays_in_l2_only_while_it_fits_half_of_it():
+    """Activations that fit in half of the L2 stay there between operators; the other half holds the next
+    operator's weight and output streams (docs/model.md §6). Standard's L2 is 4 MiB: a norm reading and writing
+    1 MiB each (2 MiB) touches no DRAM; one of 1.5 MiB each (3 MiB, inside the L2 but over its half) streams all
+    3 MiB from and to DRAM and pays the access latency."""
+    from deepstack.models.compute.operators import Vector
+    from deepstack.models.compute.vector import time_vector
+
+    dev = _device()
+    assert dev.l2_B == 4 * 2**20
+    fits = time_vector(Vector("norm", 2**19, 2**20, 2**20, 4.0), dev)
+    spills = time_vector(Vector("norm", 3 * 2**18, 3 * 2**19, 3 * 2**19, 4.0), dev)
+    assert (fits.dram_B, fits.prologue_s) == (0.0, 0.0)
+    assert (spills.dram_B, spills.prologue_s) == (3 * 2**20, dev.dram.access_latency_s)
+
+
 def test_little_law():
     # eq. 1: 1 MiB in flight over 130 ns sustains at most 8.066 TB/s
     assert dram.little_bw_Bps(2**20, 130e-9) == pytest.approx(2**20 / 130e-9)
