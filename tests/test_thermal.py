@@ -20,9 +20,13 @@ from hypothesis import strategies as st
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.models import dvfs, thermal
+from deepstack.models.compute.gemm_tuner import tune_gemm
+from deepstack.models.compute.operators import Gemm
 from deepstack.models.design import DesignPoint, cooled
 from deepstack.models.evaluate import evaluate
 from deepstack.models.hardware.device import resolve_device
+from deepstack.models.pipeline import run_phase
+from deepstack.models.pipeline.rows import CommRow
 from deepstack.schema import Scenario, Schedule
 
 NOMINAL_GHZ = 1.4  # standard.toml clock_GHz
@@ -176,6 +180,28 @@ def test_stacked_layers_set_the_thermal_limit_whether_connected_or_not():
     scale, _, power_w, temperature, limit = _dvfs(_Step(1e-3, 0.18), dev)
     assert scale == pytest.approx((83.75 / 180) ** (1 / 3), rel=1e-9) and power_w == pytest.approx(93.75, rel=1e-9)
     assert temperature == pytest.approx(85.0) and limit == dvfs.THERMAL_WALL
+
+
+def test_a_lower_clock_stretches_compute_but_not_dram_or_the_network():
+    """DVFS re-times a step at another clock (docs/model.md §6): compute, L1 and L2 take 1/f longer, DRAM and the
+    network do not (their clocks are not the core's). Standard at m = n = 2 (818.75 GB/s): a decode GEMV of
+    2,048 × 8,192 BF16 weights is DRAM-bound with every wave's DRAM time over twice its compute, so at half the
+    clock it takes exactly as long; a 4,096-row GEMM of 64 waves is compute-bound and its waves take twice as long
+    (the DRAM access latency of its pipeline fill does not). A collective's time is the same at any core clock."""
+    dev = resolve_device(catalog.load("chips", "standard"), 2, 2)
+    gemv = tune_gemm(Gemm("down_proj", 1, 2048, 8192), dev)
+    assert all(w.fixed_s >= 2 * w.clocked_s for w in gemv.wave_timings)
+    assert gemv.time_at(0.5) == pytest.approx(gemv.time_s, rel=1e-12)
+    gemm = tune_gemm(Gemm("down_proj", 4096, 2048, 2048), dev)
+    assert all(w.clocked_s >= w.fixed_s for w in gemm.wave_timings)
+    assert gemm.time_at(0.5) - gemm.prologue_s == pytest.approx(2 * (gemm.time_s - gemm.prologue_s), rel=1e-12)
+    network = catalog.load("nocs", str(MINI8))
+    point = DesignPoint(chip=catalog.load("chips", "standard"), network=network, stacked_layers=2,
+                        connected_layers=2, scenario=Scenario(model="llama-3.2-1b", phase="decode", batch=8),
+                        schedule=Schedule.parse("tp=8"))
+    phase = run_phase(point, resolve_device(point.chip, 2, 2, network), point.scenario)
+    comms = [r for r in phase.rows if isinstance(r, CommRow)]
+    assert comms and all(r.time_at(0.5) == r.time_at(1.0) for r in comms)
 
 
 def _boosted(m: int, ambient_c: float | None = None):
