@@ -26,7 +26,7 @@ from deepstack.models.pipeline import run_phase
 from deepstack.schema import Scenario, Schedule
 from deepstack.schema.hardware import HBMDram
 
-PJ = 1e-12
+PJ = 1e-12  # energies compare with abs=0: approx's default absolute tolerance, 1e-12, is a whole pJ
 # (57/160)·(0.7/0.9)²: gate pitch 45 nm → N7, supply 0.9 → 0.7 V
 TECH = 57 / 160 * 0.49 / 0.81
 
@@ -52,35 +52,35 @@ def test_process_scale_by_hand():
 
 def test_per_operation_energies_by_hand():
     # Horowitz datapath: FP16 multiply 1.1 + FP32 add 0.9 pJ per FMA (2 FLOPs) at 45 nm → 1.0 pJ/FLOP × 0.2155
-    assert power.matrix_datapath_J_per_flop() == pytest.approx(1.0 * TECH * PJ)
+    assert power.matrix_datapath_J_per_flop() == pytest.approx(1.0 * TECH * PJ, rel=1e-9, abs=0)
     # the calibrated engine: 0.84 pJ/FLOP at 7 nm (3.9× the datapath), 0.84 × 0.7 = 0.588 pJ in 4N
-    assert power.matrix_energy_J_per_flop(7) == pytest.approx(0.84 * PJ)
-    assert power.matrix_energy_J_per_flop(4) == pytest.approx(0.588 * PJ)
+    assert power.matrix_energy_J_per_flop(7) == pytest.approx(0.84 * PJ, rel=1e-9, abs=0)
+    assert power.matrix_energy_J_per_flop(4) == pytest.approx(0.588 * PJ, rel=1e-9, abs=0)
     # vector: (0.9 + 3.7 + 30 / 32 lanes) / 2 = 2.76875 pJ/FLOP at 45 nm → 0.5967 pJ at 7 nm; SFU = 4 FMAs = 8 FLOPs
-    assert power.vector_energy_J_per_flop() == pytest.approx(2.76875 * TECH * PJ)
-    assert power.vector_energy_J_per_flop() == pytest.approx(0.5967 * PJ, rel=1e-4)
-    assert power.sfu_energy_J_per_op() == pytest.approx(8 * 2.76875 * TECH * PJ)
+    assert power.vector_energy_J_per_flop() == pytest.approx(2.76875 * TECH * PJ, rel=1e-9, abs=0)
+    assert power.vector_energy_J_per_flop() == pytest.approx(0.5967 * PJ, rel=1e-4, abs=0)
+    assert power.sfu_energy_J_per_op() == pytest.approx(8 * 2.76875 * TECH * PJ, rel=1e-9, abs=0)
     # SRAM: 10 / 20 / 100 pJ per 64 bit at 8 KB / 32 KB / 1 MB; 256 KB on the 32 KB–1 MB slope ln 5 / ln 32
-    assert power.sram_energy_J_per_B(8 * 1024) == pytest.approx(10 / 8 * TECH * PJ)
-    assert power.sram_energy_J_per_B(1024 * 1024) == pytest.approx(100 / 8 * TECH * PJ)
+    assert power.sram_energy_J_per_B(8 * 1024) == pytest.approx(10 / 8 * TECH * PJ, rel=1e-9, abs=0)
+    assert power.sram_energy_J_per_B(1024 * 1024) == pytest.approx(100 / 8 * TECH * PJ, rel=1e-9, abs=0)
     slope = math.log(5) / math.log(32)
-    assert power.sram_energy_J_per_B(256 * 1024) == pytest.approx(20 * 8**slope / 8 * TECH * PJ)
-    assert power.sram_energy_J_per_B(256 * 1024) == pytest.approx(1.4151 * PJ, rel=1e-4)
-    assert power.sram_energy_J_per_B(1024 * 1024, 4) == pytest.approx(100 / 8 * TECH * 0.7 * PJ)
+    assert power.sram_energy_J_per_B(256 * 1024) == pytest.approx(20 * 8**slope / 8 * TECH * PJ, rel=1e-9, abs=0)
+    assert power.sram_energy_J_per_B(256 * 1024) == pytest.approx(1.4151 * PJ, rel=1e-4, abs=0)
+    assert power.sram_energy_J_per_B(1024 * 1024, 4) == pytest.approx(100 / 8 * TECH * 0.7 * PJ, rel=1e-9, abs=0)
 
 
 def test_dram_energy_split_by_hand():
     std = resolve_device(catalog.load("chips", "standard")).dram
     # hybrid bond 0.88 pJ/bit = 7.04 pJ/B; a 2 KiB row opened: 0.101 pJ per row bit × 16,384 bits = 1654.8 pJ
-    assert std.transfer_J_per_B == pytest.approx(7.04 * PJ)
-    assert std.activation_J_per_row == pytest.approx(1654.784 * PJ)
+    assert std.transfer_J_per_B == pytest.approx(7.04 * PJ, rel=1e-9, abs=0)
+    assert std.activation_J_per_row == pytest.approx(1654.784 * PJ, rel=1e-9, abs=0)
     # a full-row stream: 7.04 + 1654.784 / 2048 = 7.848 pJ/B (0.98 pJ/bit); 32-byte random reads: 58.75 pJ/B
-    assert dram_model.stream_energy_J_per_B(std) == pytest.approx(7.848 * PJ)
-    assert dram_model.access_energy_J(std, 32 * 1000, 32) / (32 * 1000) == pytest.approx(58.752 * PJ)
+    assert dram_model.stream_energy_J_per_B(std) == pytest.approx(7.848 * PJ, rel=1e-9, abs=0)
+    assert dram_model.access_energy_J(std, 32 * 1000, 32) / (32 * 1000) == pytest.approx(58.752 * PJ, rel=1e-9, abs=0)
     hbm = resolve_device(catalog.load("chips", "h100-star")).dram
     # HBM: 2.54 on-die + 0.22 I/O = 2.76 pJ/bit = 22.08 pJ/B; a 1 KB row: 827.4 pJ (DRAMsim3's HBM2 IDD: 828 pJ)
-    assert hbm.activation_J_per_row == pytest.approx(827.392 * PJ)
-    assert dram_model.stream_energy_J_per_B(hbm) == pytest.approx((22.08 + 827.392 / 1024) * PJ)
+    assert hbm.activation_J_per_row == pytest.approx(827.392 * PJ, rel=1e-9, abs=0)
+    assert dram_model.stream_energy_J_per_B(hbm) == pytest.approx((22.08 + 827.392 / 1024) * PJ, rel=1e-9, abs=0)
 
 
 @pytest.mark.parametrize("chip", ["standard", "h100-star"])
@@ -201,7 +201,7 @@ def test_coefficients_follow_the_process_node():
     dgx = resolve_device(catalog.load("systems", "dgx-h100").architecture)
     assert dgx.process_nm == 4
     c = power.coefficients(dgx)
-    assert c.matrix_J_per_flop == pytest.approx(0.84 * 0.7 * PJ)
+    assert c.matrix_J_per_flop == pytest.approx(0.84 * 0.7 * PJ, rel=1e-9, abs=0)
     assert c.l2_J_per_B == pytest.approx(power.sram_energy_J_per_B(50 * 1024**2) * 0.7)
 
 
