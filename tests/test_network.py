@@ -110,7 +110,7 @@ def test_all_to_all_on_a_switch():
 def test_ring_takes_the_shorter_way_and_breaks_ties_up():
     topo = NetworkTopology.single("ring", 6, GB, NS)
     # 0 → 5 is one hop down the ring, not five up
-    assert route_traffic(one_flow(6, 0, 5, 1e3), topo).latency_s == pytest.approx(1 * NS)
+    assert route_traffic(one_flow(6, 0, 5, 1e3), topo).latency_s == pytest.approx(1 * NS, rel=1e-9, abs=0)
     # 0 → 3 and 1 → 4 are both half-way: both go up (dimension-order routers resolve a tie one way), sharing 1→2, 2→3
     first, second = nw.link_bytes(one_flow(6, 0, 3, 1e3), topo)[0], nw.link_bytes(one_flow(6, 1, 4, 1e3), topo)[0]
     assert np.flatnonzero(first).tolist() == [0, 1, 2]  # up links leaving 0, 1, 2

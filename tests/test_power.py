@@ -89,7 +89,7 @@ def test_full_row_streams_cost_less_per_byte_than_random_accesses(chip):
     total = 64 * dram.row_B
     per_byte = {size: dram_model.access_energy_J(dram, total, size) / total for size in (32, 256, dram.row_B)}
     assert per_byte[dram.row_B] < per_byte[256] < per_byte[32]
-    assert per_byte[dram.row_B] == pytest.approx(dram_model.stream_energy_J_per_B(dram))
+    assert per_byte[dram.row_B] == pytest.approx(dram_model.stream_energy_J_per_B(dram), rel=1e-9, abs=0)
     # a transaction of two rows opens both: the same per byte as full rows
     assert dram_model.access_energy_J(dram, total, 2 * dram.row_B) == pytest.approx(per_byte[dram.row_B] * total)
     assert dram_model.access_energy_J(dram, 0, 32) == 0.0
@@ -202,7 +202,7 @@ def test_coefficients_follow_the_process_node():
     assert dgx.process_nm == 4
     c = power.coefficients(dgx)
     assert c.matrix_J_per_flop == pytest.approx(0.84 * 0.7 * PJ, rel=1e-9, abs=0)
-    assert c.l2_J_per_B == pytest.approx(power.sram_energy_J_per_B(50 * 1024**2) * 0.7)
+    assert c.l2_J_per_B == pytest.approx(power.sram_energy_J_per_B(50 * 1024**2) * 0.7, rel=1e-9, abs=0)
 
 
 def test_a_single_per_bit_dram_energy_is_refused_with_its_replacement():
