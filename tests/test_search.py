@@ -337,7 +337,8 @@ def test_sweep_json_output(tiny):
 
 def test_sweep_pareto_file_is_strict_json(tiny):
     for mode in ("exhaustive", "hierarchical"):
-        json.loads((tiny["cwd"] / mode / "pareto.json").read_text(), parse_constant=pytest.fail)
+        front = json.loads((tiny["cwd"] / mode / "pareto.json").read_text(), parse_constant=pytest.fail)
+        assert front["pareto"] and all(math.isfinite(row["stps"]) for row in front["pareto"]), mode
 
 
 def test_exhaustive_sweep_covers_the_whole_grid(tiny):
