@@ -91,11 +91,12 @@ MINI8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / 
 
 def write_space(path: Path, *, chips=("standard", "strong-l2"), hops=(1.0, 2.0), model="llama-3.2-1b",
                 stacked=(2, 4), connected=(1, 2, 4), level_bw=(0.5, 1.0), fsdp=(False, True),
-                per_module: bool | None = None) -> Path:
+                per_module: bool | None = None, noc: Path = MINI8) -> Path:
     """A small space on the 8-device mini8 NoC: Llama-3.2-1B decode at batch 64; stackings (m, n) ∈ {(2,1),
     (2,2), (4,1), (4,2), (4,4)}, the given hop-latency scales and 2 bandwidth scales per level (2² per point);
     every flat schedule, FSDP off and on. With the defaults: 2 chips × 5 stackings = 10 tier-1 points. The
-    keywords change one axis each (``per_module``: the schedule axis written only when given)."""
+    keywords change one axis each (``per_module``: the schedule axis written only when given; ``noc``: another
+    NoC file, e.g. a copy a test edits)."""
     module_axis = "" if per_module is None else f"per_module = {str(per_module).lower()}\n"
     path.write_text(f"""kind = "space"
 name = "{path.stem}"
@@ -106,7 +107,7 @@ batches = [64]
 sequence_lengths = [[1024, 1024]]
 [hardware]
 chips = {json.dumps(list(chips))}
-nocs = [{json.dumps(str(MINI8))}]
+nocs = [{json.dumps(str(noc))}]
 stacked_layers = {json.dumps(list(stacked))}
 connected_layers = {json.dumps(list(connected))}
 hop_latency_scale = {json.dumps(list(hops))}

@@ -428,8 +428,7 @@ def test_a_study_whose_space_or_noc_file_changed_is_not_resumed(cli, edited, tmp
     noc = tmp_path / "net.toml"
     noc.write_text(MINI8.read_text())
     space = write_space(tmp_path / "one.toml", chips=("standard",), stacked=(2,), connected=(1,), hops=(1.0,),
-                        level_bw=(1.0,), fsdp=(False,))
-    space.write_text(space.read_text().replace(json.dumps(str(MINI8)), json.dumps(str(noc))))
+                        level_bw=(1.0,), fsdp=(False,), noc=noc)
     url = f"sqlite:///{tmp_path / 'edit.db'}"
     args = ["optimize", "--space", str(space), "--study", "edit", "--storage", url, "--refine", "0", "--json"]
     assert cli(*args, "--trials", "2").code == 0

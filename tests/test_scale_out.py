@@ -247,8 +247,7 @@ def test_a_sweep_whose_noc_file_or_code_changed_is_not_resumed(cli, tmp_path):
     noc = tmp_path / "net.toml"
     noc.write_text(MINI8.read_text())
     space = write_space(tmp_path / "one.toml", chips=("standard",), stacked=(2,), connected=(1,), hops=(1.0,),
-                        level_bw=(1.0,), fsdp=(False,))
-    space.write_text(space.read_text().replace(json.dumps(str(MINI8)), json.dumps(str(noc))))
+                        level_bw=(1.0,), fsdp=(False,), noc=noc)
     out = tmp_path / "out"
     args = ["sweep", "--mode", "exhaustive", "--space", str(space), "--out", str(out), "--workers", "1"]
     assert cli(*args).code == 0
@@ -283,8 +282,7 @@ def test_a_sweep_whose_noc_file_changed_while_it_ran_writes_no_results(tmp_path)
     noc = tmp_path / "net.toml"
     noc.write_text(MINI8.read_text())
     space = write_space(tmp_path / "two.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
-                        level_bw=(1.0,), fsdp=(False,))
-    space.write_text(space.read_text().replace(json.dumps(str(MINI8)), json.dumps(str(noc))))
+                        level_bw=(1.0,), fsdp=(False,), noc=noc)
     out = tmp_path / "out"
     stat = noc.stat()
 
