@@ -48,7 +48,7 @@ from deepstack.search.storage_paths import (
     storage_file,
     storage_identity,
 )
-from deepstack.search.study_record import StudyRecord, check_same_problem
+from deepstack.search.study_record import StudyRecord, check_inputs_unchanged, check_same_problem
 
 # heartbeats and fail_stale_trials are marked experimental in Optuna 5 but are the documented recovery path
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -407,6 +407,7 @@ def optimize(*, objectives: list[str], space: str | None, scenario: Scenario | N
             else:  # a signal or an error: the next run with this plan finishes it
                 this_run.save(interrupted=True)
         wall = time.perf_counter() - running
+        check_inputs_unchanged(the_study, load_space(space))  # the files as they are now
         # still under the handlers: a signal while the front files are written waits for the last of them
         front, files = write_run_report(the_study, list(objectives), folder, study, design_space, run, setup_s,
                                         storage_identity(storage_url))

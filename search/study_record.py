@@ -197,6 +197,23 @@ def check_same_problem(study, problem) -> None:
                          "use a new --study name or the study's own settings")
 
 
+CHANGED_DURING_A_RUN = "changed while a run evaluated its trials"
+
+
+def check_inputs_unchanged(study, space_now) -> None:
+    """Refuse to write a study's front when its space, or a chip or NoC file the space names, changed while the
+    run evaluated trials (each trial reads them as it finds them, so the study may mix two versions). The study
+    keeps its trials but is marked, so resuming it is refused too."""
+    stored = dict(study.user_attrs.get("problem") or {})
+    if stored.get("inputs") in (None, space_inputs_digest(space_now)):
+        return
+    stored["inputs"] = CHANGED_DURING_A_RUN
+    study.set_user_attr("problem", stored)
+    raise UserInputError(f"--space: the space file, or a chip or NoC file it names, changed while the run "
+                         f"evaluated trials, so study {study.study_name!r} may mix two versions; no front was "
+                         "written (its trials stay stored): use a new --study name")
+
+
 def code_of(stored: dict) -> str:
     return f"code {stored['code']}" if stored.get("code") else "a version that did not record its code"
 
@@ -208,4 +225,5 @@ def _shown(value) -> str:
     return repr(value)
 
 
-__all__ = ["StudyRecord", "check_same_problem", "study_counts", "trial_counts", "trial_solve", "values"]
+__all__ = ["StudyRecord", "check_inputs_unchanged", "check_same_problem", "study_counts", "trial_counts",
+           "trial_solve", "values"]

@@ -18,7 +18,6 @@ from deepstack.models.parallel.memory import (
     MEMORY_RULE,
     feasible_strategies,
     fits,
-    kv_elements_per_token,
     memory_footprint,
 )
 from deepstack.models.parallel.strategies import (
@@ -269,10 +268,10 @@ def test_llama_3_3_70b_tp8_pp4():
 def test_gqa_kv_heads_replicate_beyond_tp_8():
     # 8 kv heads: tp=16 still leaves one kv head (2·128 elements per token) per device; MLA never splits.
     llama = _model("llama-3.3-70b")
-    assert kv_elements_per_token(llama, 8) == kv_elements_per_token(llama, 16) == 256
-    assert kv_elements_per_token(llama, 1) == llama.attention.kv_cache_elements_per_token() == 2048
+    assert llama.attention.kv_cache_elements_per_token(8) == llama.attention.kv_cache_elements_per_token(16) == 256
+    assert llama.attention.kv_cache_elements_per_token(1) == llama.attention.kv_cache_elements_per_token() == 2048
     deepseek = _model("deepseek-v3")
-    assert kv_elements_per_token(deepseek, 128) == 512 + 64
+    assert deepseek.attention.kv_cache_elements_per_token(128) == 512 + 64
 
 
 def test_mla_down_projections_are_replicated():

@@ -100,7 +100,7 @@ class Attention(Frozen):
         the up-projections (``q_b``, ``kv_b``) and the output projection are split by heads, as in vLLM's
         ``deepseek_v2.py`` (``ReplicatedLinear`` for the ``*_a_proj`` layers). ``tp=1``: the whole block.
         """
-        h = -(-self.heads // tp)  # ⌈heads / tp⌉
+        h = self.heads_per_device(tp)
         if self.kind == "mla":
             if self.q_lora_rank:
                 q = hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * h * self.qk_head_dim
@@ -111,16 +111,26 @@ class Attention(Frozen):
             o = h * self.v_head_dim * hidden
             return q + kv_a + kv_b + o + self.indexer_parameters(hidden)
         q = hidden * h * self.head_dim
-        kv = 2 * hidden * -(-self.kv_heads // tp) * self.head_dim
+        kv = 2 * hidden * self.kv_heads_per_device(tp) * self.head_dim
         o = h * self.head_dim * hidden
         norms = 2 * self.head_dim if self.qk_norm else 0
         return q + kv + o + norms
 
-    def kv_cache_elements_per_token(self) -> int:
-        """KV-cache elements one token stores per layer (MLA caches the latent and the RoPE key)."""
+    def heads_per_device(self, tp: int) -> int:
+        """Query heads one of ``tp`` TP ranks computes: ⌈heads / tp⌉ (a rank beyond the heads still has one)."""
+        return -(-self.heads // tp)
+
+    def kv_heads_per_device(self, tp: int) -> int:
+        """KV heads one of ``tp`` TP ranks holds: ⌈kv_heads / tp⌉ (replicated when tp > kv_heads)."""
+        return -(-self.kv_heads // tp)
+
+    def kv_cache_elements_per_token(self, tp: int = 1) -> int:
+        """KV-cache elements one of ``tp`` TP ranks stores per token and layer: GQA/MQA/MHA keep their share of
+        the KV heads; MLA caches the latent and the RoPE key, shared by all heads, so every rank keeps them all.
+        The one law for the KV width: the memory check, the cache's traffic and the collectives that move KV."""
         if self.kind == "mla":
             return self.kv_lora_rank + self.qk_rope_head_dim
-        return 2 * self.kv_heads * self.head_dim
+        return 2 * self.kv_heads_per_device(tp) * self.head_dim
 
 
 class MoE(Frozen):

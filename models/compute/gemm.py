@@ -139,14 +139,24 @@ def _windows_s(dev: DeviceSpec, swizzle: bool, cols: list[np.ndarray], kinds, wi
     (a window's time does not depend on the others timed beside it)."""
     every_cols = np.concatenate(cols)
     every_stride, every_window = np.tile(stride, len(cols)), np.tile(window, len(cols))
-    shape = np.zeros(len(stride), dtype=np.int64)  # one integer per (stride, window) pair, the same in every kind
+    # a rank per (stride, window) pair (fewer than the candidates), the same in every kind; then a code per
+    # (cols, stride, window), below candidates × (most columns + 1): its distinct values are found with a table over
+    # that range, cheaper than sorting every candidate's code
+    shape = np.zeros(len(stride), dtype=np.int64)
     for column in (stride, window):
-        values, rank = np.unique(column, return_inverse=True)
-        shape = shape * len(values) + rank.ravel()
-    code = np.tile(shape, len(cols)) * (int(every_cols.max()) + 1) + every_cols  # and per (cols, stride, window)
-    _, first, which = np.unique(code, return_index=True, return_inverse=True)
+        values = np.unique(column)
+        shape = shape * len(values) + np.searchsorted(values, column)
+    shape = np.searchsorted(np.unique(shape), shape)
+    code = np.tile(shape, len(cols)) * (int(every_cols.max()) + 1) + every_cols
+    present = np.zeros(int(code.max()) + 1, dtype=bool)
+    present[code] = True
+    distinct = np.flatnonzero(present)
+    one = np.empty(len(present), dtype=np.int64)
+    one[code] = np.arange(len(code))  # a candidate of each code (equal codes, equal windows: any one will do)
+    first = one[distinct]
+    which = (np.cumsum(present) - 1)[code]
     times = dram_model.window_service_times_s(dev.dram, every_cols[first], every_stride[first], every_window[first],
-                                              swizzle)[which.ravel()]
+                                              swizzle)[which]
     return {id(active): part for (_, active), part in zip(kinds, np.split(times, len(cols)), strict=True)}
 
 

@@ -170,11 +170,11 @@ def _attention_ops(model: LLM, t: int, requests: int, q_len: int, kv_len: int, t
     (Ulysses SP); the projections work on the device's ``t`` tokens with all of them."""
     att = model.attention
     d = model.hidden
-    hq = max(1, att.heads // tp)
+    hq = att.heads_per_device(tp)
     span = q_span if q_span > q_len else None  # None: the queries are the last q_len positions
     ops: list[Op] = [Vector("attn_norm", t * d, t * d * a, t * d * a, RMSNORM_FLOPS_PER_ELEMENT, 1.0 / d)]
     if att.kind != "mla":
-        hkv = max(1, att.kv_heads // tp)
+        hkv = att.kv_heads_per_device(tp)
         hd = att.head_dim
         ops.append(Gemm("qkv_proj", t, (hq + 2 * hkv) * hd, d, a_bytes=a, b_bytes=w, c_bytes=a))
         norm = RMSNORM_FLOPS_PER_ELEMENT if att.qk_norm else 0

@@ -76,27 +76,19 @@ def _groups(layout, dim: str, devices: int) -> tuple[tuple[int, ...], ...]:
     return HashedTuple(network.device_groups(layout, dim, devices))
 
 
-def _kv_width(model: LLM, tp: int) -> int:
-    att = model.attention
-    if att.kind == "mla":
-        return att.kv_lora_rank + att.qk_rope_head_dim
-    return 2 * max(1, att.kv_heads // tp) * att.head_dim
-
-
 def attention_comms(model: LLM, scenario: Scenario, schedule: Schedule, share: DeviceShare) -> list[CommOp]:
     a = schedule.attention
     ab = scenario.precision.activation_bytes
     att = model.attention
     d, t = model.hidden, share.tokens
-    hq = max(1, att.heads // a.tp)
+    hq, kv_width = att.heads_per_device(a.tp), att.kv_cache_elements_per_token(a.tp)
     out: list[CommOp] = []
     if a.sp > 1:
         q_width = hq * att.qk_head_dim
-        out.append(CommOp("ulysses_qkv", "all_to_all", "a_sp", t * (q_width + _kv_width(model, a.tp)) * ab,
-                          after="qkv_proj"))
+        out.append(CommOp("ulysses_qkv", "all_to_all", "a_sp", t * (q_width + kv_width) * ab, after="qkv_proj"))
         out.append(CommOp("ulysses_out", "all_to_all", "a_sp", t * hq * att.v_dim * ab, before="o_proj"))
     if a.cp > 1:
-        kv_token_B = _kv_width(model, a.tp) * scenario.precision.kv_bytes
+        kv_token_B = kv_width * scenario.precision.kv_bytes
         if share.q_len > 1:
             out.append(CommOp("cp_kv_gather", "all_gather", "a_cp", t * kv_token_B))
         else:

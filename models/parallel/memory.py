@@ -123,28 +123,18 @@ class MemoryFootprint:
         object.__setattr__(self, "total_B", self.weights_B + self.kv_cache_B + self.activations_B)
 
 
-def kv_elements_per_token(model: LLM, tp: int) -> int:
-    """KV-cache elements one device stores per token and layer: GQA/MQA/MHA keep ⌈kv_heads / tp⌉ heads;
-    MLA's latent and RoPE key are shared by all heads, so every TP rank keeps all of them."""
-    att = model.attention
-    if att.kind == "mla":
-        return att.kv_cache_elements_per_token()
-    return 2 * math.ceil(att.kv_heads / tp) * att.head_dim
-
-
 def _attention_activation_width(model: LLM, tp: int) -> int:
     """Elements per token live inside attention on one device, beyond the normed input: queries, keys and
     values, the attention output and the output projection. Scores are never materialised (flash-style
     prefill, KV-streaming decode; docs/model.md). MLA counts the query latent, the KV latent and the larger of
     the non-absorbed (decompressed K/V) and absorbed (queries in latent space) paths."""
     att, hidden = model.attention, model.hidden
-    heads = math.ceil(att.heads / tp)
+    heads = att.heads_per_device(tp)
     if att.kind == "mla":
         latent = att.kv_lora_rank + att.qk_rope_head_dim
         expanded = heads * max(att.qk_nope_head_dim + att.v_head_dim, latent)
         return (att.q_lora_rank or 0) + heads * att.qk_head_dim + latent + expanded + heads * att.v_head_dim + hidden
-    kv_heads = math.ceil(att.kv_heads / tp)
-    return 2 * heads * att.head_dim + 2 * kv_heads * att.head_dim + hidden
+    return 2 * heads * att.head_dim + att.kv_cache_elements_per_token(tp) + hidden
 
 
 def _requests(scenario: Scenario, module: _Module) -> int:
@@ -229,7 +219,8 @@ def _footprint(scenario: Scenario, layout: _Layout, budget: int | None) -> Memor
     # + DSA's indexer key cache (FP8 keys and their scales, whatever the KV precision), replicated like the latent
     kv_layer_B = (
         _requests(scenario, att) * math.ceil(kv_tokens / (att.sp * att.cp))
-        * (kv_elements_per_token(model, att.tp) * precision.kv_bytes + model.attention.indexer_cache_bytes_per_token())
+        * (model.attention.kv_cache_elements_per_token(att.tp) * precision.kv_bytes
+           + model.attention.indexer_cache_bytes_per_token())
     )
     chunk = None if budget is None else prefill_chunks(scenario, att.dp * att.ep, budget)
     t_att = _tokens(scenario, att, chunk, layout.microbatches)

@@ -37,20 +37,25 @@ def code_digest() -> str:
     return digest_of({name: Path(importlib.import_module(name).__file__).parent for name in _PACKAGES})
 
 
+def json_digest(value: Any) -> str:
+    """SHA-256 (hex) of ``value`` as JSON with sorted keys: the same for equal content, whatever its order."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
 def presets_digest(space) -> str:
     """SHA-256 (hex) of the content of every chip and NoC file a design space names, as loaded now (a space holds
     them only by name or path, so an edited file changes this, not the space)."""
     from deepstack.search.space import named_presets
 
     presets = {ref: preset.model_dump(mode="json") for ref, preset in named_presets(space).items()}
-    return hashlib.sha256(json.dumps(presets, sort_keys=True).encode()).hexdigest()
+    return json_digest(presets)
 
 
 def space_inputs_digest(space) -> str:
     """A digest (16 hex digits) of everything a search of ``space`` reads from files: the space's own content and
     that of every chip and NoC file it names."""
     both = {"space": space.model_dump(mode="json"), "presets": presets_digest(space)}
-    return hashlib.sha256(json.dumps(both, sort_keys=True).encode()).hexdigest()[:16]
+    return json_digest(both)[:16]
 
 
 def _files_named(value: Any) -> Iterator[str]:

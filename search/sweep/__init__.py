@@ -14,7 +14,6 @@ points) and ``summary.json`` to its output folder (:mod:`.output`). Each hardwar
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -38,7 +37,7 @@ from deepstack.search.space import (
     with_hop_latency,
     with_level_bw,
 )
-from deepstack.search.studies.provenance import code_digest, presets_digest
+from deepstack.search.studies.provenance import code_digest, json_digest, presets_digest
 from deepstack.search.sweep import output
 from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, run_tier
 from deepstack.search.sweep.points import SweepTask, affinity_order
@@ -115,7 +114,7 @@ def _fingerprint(design_space: DesignSpace, scenario: Scenario, mode: str, objec
     sweep = {"chunking": [CHUNK_POINTS, MIN_CHUNKS, "affinity"], "mode": mode,
              "space": design_space.model_dump(mode="json"), "scenario": scenario.model_dump(mode="json"),
              "objectives": objectives, "ttft": with_ttft}
-    return {"sweep": hashlib.sha256(json.dumps(sweep, sort_keys=True).encode()).hexdigest(),
+    return {"sweep": json_digest(sweep),
             "presets": presets_digest(design_space), "code": code_digest()}
 
 
@@ -138,10 +137,10 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     design_space = load_space(space)
     space_ref = space or "default"
 
-    def fingerprint() -> dict:  # of the files as they are now (load_space reads an edited space file again)
-        return _fingerprint(load_space(space), scenario, mode, objectives, with_ttft)
+    def fingerprint(of_space: DesignSpace) -> dict:
+        return _fingerprint(of_space, scenario, mode, objectives, with_ttft)
 
-    log = ChunkLog(Path(out), fingerprint())
+    log = ChunkLog(Path(out), fingerprint(design_space))
     started = log.started = time.perf_counter()
     tally = executor.Tally(progress)
     # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;
@@ -153,7 +152,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
             with stops.evaluating(), runner as run_chunks:
                 result, rows = _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft,
                                             log, run_chunks, started, tally)
-                log.check_unchanged(fingerprint())
+                log.check_unchanged(fingerprint(load_space(space)))  # the files as they are now
                 with log.shelter():  # a signal while the files are written waits for the last of them
                     output.write(result, rows, scenario, design_space)
                 return result
