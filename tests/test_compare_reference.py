@@ -182,3 +182,15 @@ def test_a_resumed_sweeps_clock_goes_on_from_its_last_chunk(tmp_path):
     assert second.finished_s == {"tier1-00000": 12.5, "tier1-00001": None} and second.offset_s == 12.5
     assert second.save("tier1", 2, "{}\n") >= 12.5
     assert ChunkLog(tmp_path, "f").finished_s["tier1-00002"] >= 12.5
+
+
+def test_a_resumed_sweeps_clock_goes_on_from_its_latest_chunk(tmp_path):
+    # workers finish chunks out of order, so the log's lines are not in time order: the clock goes on from the
+    # latest second in it, whatever line holds it
+    from deepstack.search.sweep.chunks import ChunkLog
+
+    ChunkLog(tmp_path, "f")
+    (tmp_path / "chunks" / "evaluated.log").write_text("tier1-00001 12.5\ntier1-00000 3.25\ntier2-00000\n")
+    log = ChunkLog(tmp_path, "f")
+    assert log.offset_s == 12.5
+    assert log.save("tier2", 1, "{}\n") >= 12.5

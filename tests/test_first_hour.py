@@ -40,6 +40,19 @@ def test_optimize_out_as_an_existing_file_says_it_is_a_file(cli, tmp_path, monke
     assert_user_error(cli(*QUICK_OPTIMIZE, "--out", str(a_file)), "--out", "is a file, not a folder")
 
 
+@pytest.mark.parametrize(("out", "says"), [
+    ("FILE", "--out: FILE is a file, not a folder"),
+    ("FILE/sub", "--out: FILE/sub cannot be created: FILE is a file, not a folder"),
+    ("/proc/nope", "--out: cannot write to the folder /proc/nope (nothing can be created in /proc): "),
+], ids=["a-file", "under-a-file", "unwritable"])
+def test_an_unusable_out_folder_is_refused_with_its_reason(cli, tmp_path, monkeypatch, a_file, out, says):
+    # which path is at fault: the folder itself, or the nearest existing parent it would be created in
+    monkeypatch.chdir(tmp_path)
+    out = out.replace("FILE", str(a_file))
+    assert_user_error(cli(*QUICK_OPTIMIZE, "--out", out), says.replace("FILE", str(a_file)))
+    _nothing_created(tmp_path, a_file.name)
+
+
 @pytest.mark.parametrize("out", ["/proc/nope", "FILE"])
 def test_sweep_refuses_an_unusable_out_folder(cli, tmp_path, monkeypatch, a_file, out):
     monkeypatch.chdir(tmp_path)
@@ -139,6 +152,17 @@ def test_out_never_replaces_another_storages_front_of_the_same_study_name(cli, t
     assert {p.name: p.read_bytes() for p in tmp_path.glob("s.*")} == before
     assert not (tmp_path / "b" / "b.db").exists()  # refused before the storage was opened
     assert cli(*first).code == 0  # the same study again: its own front is replaced
+
+
+@pytest.mark.parametrize("front", ["[1, 2]", '"s"', "{"])
+def test_a_front_file_that_cannot_be_read_vouches_for_no_storage(cli, tmp_path, front):
+    # a s.pareto.json that is no front's record (a list, a string, cut short) names no storage: the study's own
+    # front replaces it
+    (tmp_path / "s.pareto.json").write_text(front)
+    result = cli("optimize", "--space", "small", "--trials", "1", "--refine", "0", "--study", "s", "--storage",
+                 f"sqlite:///{tmp_path / 's.db'}", "--out", str(tmp_path), "--json")
+    assert result.code == 0, result.err
+    assert json.loads((tmp_path / "s.pareto.json").read_text())["storage"] == str(tmp_path / "s.db")
 
 
 # --- smaller loose ends (issue item 8) ------------------------------------------------------------------------------

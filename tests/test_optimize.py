@@ -420,6 +420,38 @@ def test_a_study_evaluated_by_other_code_is_not_resumed(kept_study, cli, code, n
     assert _snapshot(url) == before
 
 
+def _copy_of(url: str, path: Path) -> str:
+    """A copy of a study's SQLite file (write-ahead log included), for a test that edits what the study stored."""
+    kept, copy = sqlite3.connect(url.removeprefix("sqlite:///")), sqlite3.connect(path)
+    kept.backup(copy)
+    kept.close(), copy.close()
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.parametrize(("dropped", "change", "needle"), [
+    # two settings differ: both are named, the model by its name
+    (None, ("--objective", "stps,utps", "--model", "qwen3-30b-a3b"),
+     "--study keep: this study was created for objectives ['stps', 'tokens_per_joule'] (asked: ['stps', 'utps']); "
+     "another scenario: model 'llama-3.2-1b' (asked: 'qwen3-30b-a3b'); use a new --study name"),
+    # a study of a version whose scenario had no such field: the field is named, as the study left it
+    ("cuda_graphs", (), "--study keep: this study was created for another scenario: cuda_graphs None (asked: True);"),
+], ids=["two-settings", "field-the-study-lacks"])
+def test_a_refused_study_names_every_setting_that_differs(kept_study, cli, dropped, change, needle, tmp_path,
+                                                         monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = _copy_of(kept_study[0], tmp_path / "copy.db")
+    if dropped:
+        study = _load(url, "keep")
+        problem = study.user_attrs["problem"]
+        study.set_user_attr("problem", {**problem, "scenario": {k: v for k, v in problem["scenario"].items()
+                                                                  if k != dropped}})
+    before = _snapshot(url)
+    result = cli("optimize", "--space", "small", "--study", "keep", "--storage", url, "--trials", "2", *change,
+                 "--json")
+    assert_user_error(result, needle)
+    assert _snapshot(url) == before
+
+
 @pytest.mark.parametrize("edited", ["noc", "space"])
 def test_a_study_whose_space_or_noc_file_changed_is_not_resumed(cli, edited, tmp_path, monkeypatch):
     """A space names its NoC (and chips) only by path: after that file, or the space itself, was edited, the
@@ -478,6 +510,39 @@ def test_a_study_whose_noc_file_changed_while_it_ran_writes_no_front(tmp_path):
     assert _snapshot_of(url, "mid") == kept
 
 
+def test_a_study_whose_noc_file_changed_while_it_ran_stays_refused_after_the_file_is_restored(tmp_path):
+    """Putting the NoC file back as it was does not make the study whole again: its trials still mix two networks'
+    results, so resuming it stays refused and it keeps exactly the trials it had."""
+    from deepstack.errors import UserInputError
+    from deepstack.search.optimize import optimize
+    from deepstack.search.space import load_space, scenarios
+
+    noc = tmp_path / "net.toml"
+    original = MINI8.read_text()
+    noc.write_text(original)
+    space = write_space(tmp_path / "one.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
+                        level_bw=(1.0,), fsdp=(False,), noc=noc)
+    stat = noc.stat()
+
+    def edit_after_the_first_batch(done: int, total: int) -> None:
+        if done and "40.0" not in noc.read_text():
+            noc.write_text(original.replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0"))
+            os.utime(noc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+
+    url = f"sqlite:///{tmp_path / 'mid.db'}"
+    kwargs = {"objectives": ["stps", "tokens_per_joule"], "space": str(space), "study": "mid", "storage": url,
+              "scenario": scenarios(load_space(str(space)))[0], "refine": 0, "batch": 2, "out": str(tmp_path)}
+    with pytest.raises(UserInputError, match="changed while the run evaluated trials"):
+        optimize(**kwargs, trials=4, progress=edit_after_the_first_batch)
+    noc.write_text(original)  # the file as the study's first trials read it
+    os.utime(noc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000))
+    kept = _snapshot_of(url, "mid")
+    with pytest.raises(UserInputError, match="has changed since this study's trials were evaluated"):
+        optimize(**kwargs, trials=1)
+    assert _snapshot_of(url, "mid") == kept
+    assert not list(tmp_path.glob("mid.pareto*"))
+
+
 # --- the thermal constraint in the front and in compare -----------------------------------------------------
 
 
@@ -504,3 +569,30 @@ def test_study_points_drop_thermally_infeasible_trials(tmp_path):
     objectives, values, completed, _ = study_points(url, "hot")
     assert objectives == OBJECTIVES and completed == 2
     assert values.tolist() == [[1.0, 1.0]]
+
+
+def test_counts_and_evaluations_read_trials_of_either_attribute_form(tmp_path):
+    """A trial records how it was solved in one ``solve`` attribute; an earlier version's trial kept the same keys
+    as separate attributes. Both count: the design-point evaluations (every COMPLETE or FAIL trial) and the
+    repaired, infeasible and over-the-limit trials (a trial exactly at its limit is within it)."""
+    from deepstack.search.study_record import study_counts
+
+    url = f"sqlite:///{tmp_path / 'forms.db'}"
+    study = optuna.create_study(study_name="forms", storage=url, directions=["maximize", "maximize"])
+    study.set_user_attr("problem", {"objectives": OBJECTIVES})
+    # (values, attributes, thermal constraint): an earlier version's trial first, then this version's
+    for values, attrs, over_limit_c in (
+            ([1.0, 4.0], {"inner": "screen", "evaluations": 7, "repaired": True}, -3.0),
+            ([2.0, 3.0], {"solve": {"inner": "screen", "evaluations": 3, "repaired": False}}, 0.0),
+            ([3.0, 1.0], {"solve": {"inner": "screen", "evaluations": 4, "repaired": False}}, 5.0),
+            (None, {"solve": {"inner": "screen", "evaluations": 2, "repaired": True, "infeasible": True}}, None)):
+        trial = study.ask()
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        if over_limit_c is not None:
+            trial.set_constraint("thermal_c_over_limit", over_limit_c)
+        study.tell(trial, values, state=COMPLETE if values else FAIL)
+    assert study_counts(study) == {"repaired": 2, "infeasible": 1, "over_thermal_limit": 1}
+    _, points, evaluations, _ = study_points(url, "forms")
+    assert evaluations == 7 + 3 + 4 + 2
+    assert points.tolist() == [[1.0, 4.0], [2.0, 3.0]]  # the trial 5 °C over its limit is not kept

@@ -3,6 +3,7 @@ only from runs the running code made (anything else is shown as stale, never as 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from deepstack.accuracy.paper_studies import study_findings
 from deepstack.search.studies.baseline import paper_findings
-from deepstack.search.studies.provenance import code_digest, digest_of
+from deepstack.search.studies.provenance import code_digest, digest_of, json_digest
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 
@@ -118,6 +119,17 @@ def test_the_digest_follows_every_source_and_preset_file(tmp_path):
     assert digest_of({"pkg": root}) != before
     assert code_digest() == code_digest() != before
 
+
+
+def test_the_json_digest_is_of_the_content_not_its_key_order():
+    """A sweep's fingerprint and a study's inputs digest hash JSON: equal content gives the same digest whatever
+    order its tables' keys come in (a list's order is content)."""
+    one = {"space": {"chips": ["standard"], "nocs": ["mini8"]}, "presets": "x"}
+    other = {"presets": "x", "space": {"nocs": ["mini8"], "chips": ["standard"]}}
+    text = b'{"presets": "x", "space": {"chips": ["standard"], "nocs": ["mini8"]}}'  # the keys sorted, by hand
+    assert json_digest(one) == json_digest(other) == hashlib.sha256(text).hexdigest()
+    assert json_digest({**one, "space": {"chips": ["standard"], "nocs": ["tms1"]}}) != json_digest(one)
+    assert json_digest({"chips": ["a", "b"]}) != json_digest({"chips": ["b", "a"]})
 
 def test_the_thermal_runner_answers_r17_r18_at_the_sets_coolant(cli, tmp_path):
     """A real quick thermal run under the default set (its ambients include the chips' own 25 °C) records R17 and

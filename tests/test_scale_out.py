@@ -302,6 +302,42 @@ def test_a_sweep_whose_noc_file_changed_while_it_ran_writes_no_results(tmp_path)
         sweep(**kwargs)
 
 
+def test_a_space_file_edited_while_the_sweep_ran_writes_no_results(tmp_path):
+    """The space file itself edited after the first chunk: the sweep's rows no longer answer the file beside
+    them. The sweep ends with one line naming the space file (not a chip or NoC file) and writes no points.csv."""
+    from deepstack.errors import UserInputError
+    from deepstack.search.space import load_space, scenarios
+    from deepstack.search.sweep import sweep
+
+    space = write_space(tmp_path / "two.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
+                        level_bw=(1.0,), fsdp=(False,))
+    out = tmp_path / "out"
+    stat = space.stat()
+
+    def edit_after_the_first_chunk(done: int, total: int) -> None:
+        if done == 1:
+            space.write_text(space.read_text().replace("hop_latency_scale = [1.0]", "hop_latency_scale = [2.0]"))
+            os.utime(space, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+
+    kwargs = {"mode": "exhaustive", "space": str(space), "scenario": scenarios(load_space(str(space)))[0],
+              "objectives": ["stps", "tokens_per_joule"], "out": str(out), "workers": 1}
+    with pytest.raises(UserInputError, match="--space: the space file changed while the sweep ran") as raised:
+        sweep(**kwargs, progress=edit_after_the_first_chunk)
+    assert "a chip or NoC file" not in str(raised.value) and "\n" not in str(raised.value)
+    assert not (out / "points.csv").exists() and not (out / "pareto.csv").exists()
+    assert len(list((out / "chunks").glob("*.jsonl"))) == 2
+
+
+def test_a_sweep_folder_of_an_earlier_versions_sweep_is_refused(cli, sweep_space, reference, tmp_path):
+    # an earlier version stamped its folder with one digest, not the fingerprint's parts
+    out = tmp_path / "older"
+    shutil.copytree(reference, out)
+    (out / "sweep.json").write_text(json.dumps({"fingerprint": "0123456789abcdef", "wall_s": 1.0}))
+    result = cli(*sweep_args(sweep_space, out, "--workers", "1"))
+    assert_user_error(result, f"--out: {out} holds a sweep recorded by an earlier version", "give a new --out folder")
+    assert (out / "points.csv").read_bytes() == (reference / "points.csv").read_bytes()
+
+
 @pytest.mark.parametrize("stamp", ["", "{}", "[1]", '{"wall_s": 1.0}'])
 def test_a_sweep_folder_whose_stamp_cannot_be_read_is_refused(cli, sweep_space, reference, tmp_path, stamp):
     # the stamp is what lets the chunks beside it be read back as this sweep's: unreadable, it vouches for none

@@ -282,3 +282,15 @@ def test_the_inputs_digest_follows_the_files_a_recipe_names(tmp_path):
     noc.write_text("a = 2\n")
     assert inputs_digest(tmp_path, params) != before
     assert inputs_digest(tmp_path, {**params, "m": 5}) != inputs_digest(tmp_path, params)
+
+
+def test_the_inputs_digest_follows_a_file_named_with_an_upper_case_suffix(tmp_path):
+    # the loader reads "MINE.TOML" as TOML, so a recipe may name it so: its bytes count as the others' do
+    from deepstack.search.studies.provenance import inputs_digest
+
+    noc = tmp_path / "MINE.TOML"
+    noc.write_text("a = 1\n")
+    params = {"nocs": ["MINE.TOML"]}
+    before = inputs_digest(tmp_path, params)
+    noc.write_text("a = 2\n")
+    assert inputs_digest(tmp_path, params) != before
