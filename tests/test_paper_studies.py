@@ -120,7 +120,6 @@ def test_the_digest_follows_every_source_and_preset_file(tmp_path):
     assert code_digest() == code_digest() != before
 
 
-
 def test_the_json_digest_is_of_the_content_not_its_key_order():
     """A sweep's fingerprint and a study's inputs digest hash JSON: equal content gives the same digest whatever
     order its tables' keys come in (a list's order is content)."""
@@ -130,6 +129,7 @@ def test_the_json_digest_is_of_the_content_not_its_key_order():
     assert json_digest(one) == json_digest(other) == hashlib.sha256(text).hexdigest()
     assert json_digest({**one, "space": {"chips": ["standard"], "nocs": ["tms1"]}}) != json_digest(one)
     assert json_digest({"chips": ["a", "b"]}) != json_digest({"chips": ["b", "a"]})
+
 
 def test_the_thermal_runner_answers_r17_r18_at_the_sets_coolant(cli, tmp_path):
     """A real quick thermal run under the default set (its ambients include the chips' own 25 °C) records R17 and
