@@ -271,10 +271,15 @@ def test_a_sweep_whose_noc_file_or_code_changed_is_not_resumed(cli, tmp_path):
     assert (out / "points.csv").read_bytes() == points
 
 
-def test_a_sweep_whose_noc_file_changed_while_it_ran_writes_no_results(tmp_path):
-    """The workers read the NoC file as they find it: edited after the first chunk, the later chunks time another
-    network than the first. The sweep ends with one line naming the change and writes no points.csv or front;
-    its chunks stay, and the same command is then refused as a changed sweep."""
+@pytest.mark.parametrize(("edited", "says", "then"), [
+    ("noc", "--space: a chip or NoC file it names changed while the sweep ran", "has changed since"),
+    ("space", "--space: the space file changed while the sweep ran", "holds another sweep"),
+])
+def test_a_sweep_whose_files_changed_while_it_ran_writes_no_results(tmp_path, edited, says, then):
+    """The workers read the NoC file (and the space) as they find them: edited after the first chunk, the later
+    chunks time another network or another space than the first. The sweep ends with one line naming the file
+    that changed and writes no points.csv or front; its chunks stay, and the same command is then refused as a
+    changed sweep."""
     from deepstack.errors import UserInputError
     from deepstack.search.space import load_space, scenarios
     from deepstack.search.sweep import sweep
@@ -284,48 +289,25 @@ def test_a_sweep_whose_noc_file_changed_while_it_ran_writes_no_results(tmp_path)
     space = write_space(tmp_path / "two.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
                         level_bw=(1.0,), fsdp=(False,), noc=noc)
     out = tmp_path / "out"
-    stat = noc.stat()
+    path, old, new = ((noc, "hop_latency_ns = 10.0", "hop_latency_ns = 40.0") if edited == "noc"
+                      else (space, "hop_latency_scale = [1.0]", "hop_latency_scale = [2.0]"))
+    stat = path.stat()
 
     def edit_after_the_first_chunk(done: int, total: int) -> None:
         if done == 1:
-            noc.write_text(noc.read_text().replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0"))
-            os.utime(noc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
+            path.write_text(path.read_text().replace(old, new))
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
 
     kwargs = {"mode": "exhaustive", "space": str(space), "scenario": scenarios(load_space(str(space)))[0],
               "objectives": ["stps", "tokens_per_joule"], "out": str(out), "workers": 1}
-    with pytest.raises(UserInputError, match="a chip or NoC file it names changed while the sweep ran") as raised:
+    with pytest.raises(UserInputError, match=says) as raised:
         sweep(**kwargs, progress=edit_after_the_first_chunk)
     assert "new --out folder" in str(raised.value) and "\n" not in str(raised.value)
+    assert ("a chip or NoC file" in str(raised.value)) == (edited == "noc")
     assert not (out / "points.csv").exists() and not (out / "pareto.csv").exists()
     assert len(list((out / "chunks").glob("*.jsonl"))) == 2
-    with pytest.raises(UserInputError, match="a chip or NoC file it names has changed since"):
+    with pytest.raises(UserInputError, match=then):  # an edited space is another sweep
         sweep(**kwargs)
-
-
-def test_a_space_file_edited_while_the_sweep_ran_writes_no_results(tmp_path):
-    """The space file itself edited after the first chunk: the sweep's rows no longer answer the file beside
-    them. The sweep ends with one line naming the space file (not a chip or NoC file) and writes no points.csv."""
-    from deepstack.errors import UserInputError
-    from deepstack.search.space import load_space, scenarios
-    from deepstack.search.sweep import sweep
-
-    space = write_space(tmp_path / "two.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
-                        level_bw=(1.0,), fsdp=(False,))
-    out = tmp_path / "out"
-    stat = space.stat()
-
-    def edit_after_the_first_chunk(done: int, total: int) -> None:
-        if done == 1:
-            space.write_text(space.read_text().replace("hop_latency_scale = [1.0]", "hop_latency_scale = [2.0]"))
-            os.utime(space, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
-
-    kwargs = {"mode": "exhaustive", "space": str(space), "scenario": scenarios(load_space(str(space)))[0],
-              "objectives": ["stps", "tokens_per_joule"], "out": str(out), "workers": 1}
-    with pytest.raises(UserInputError, match="--space: the space file changed while the sweep ran") as raised:
-        sweep(**kwargs, progress=edit_after_the_first_chunk)
-    assert "a chip or NoC file" not in str(raised.value) and "\n" not in str(raised.value)
-    assert not (out / "points.csv").exists() and not (out / "pareto.csv").exists()
-    assert len(list((out / "chunks").glob("*.jsonl"))) == 2
 
 
 def test_a_sweep_folder_of_an_earlier_versions_sweep_is_refused(cli, sweep_space, reference, tmp_path):
