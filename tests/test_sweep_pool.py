@@ -131,7 +131,11 @@ def test_a_signal_reaches_a_pools_parent_between_waits_never_inside_concurrent_f
         run(_signal_the_parent, chunks, lambda *_: None)
     assert stops.name == "SIGINT"
     frames = traceback.extract_tb(caught.value.__traceback__)
-    assert frames[-1].name == "deferred", frames[-1]  # raised where the span ended, not by the handler mid-wait
+    # raised where a shelter span ended, or by the handler in the instant between two spans (the parent's own loop
+    # or the span's entry), never by the handler while concurrent.futures' code waits
+    last, caller = frames[-1], frames[-2]
+    assert last.name == "deferred" or (
+        last.name == "_handle" and caller.filename.endswith(("executor.py", "interrupt.py", "contextlib.py"))), frames
     assert not [f for f in frames if "concurrent" in f.filename or f.filename.endswith("threading.py")], frames
     assert not multiprocessing.active_children()
 
