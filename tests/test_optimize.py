@@ -480,39 +480,8 @@ def test_a_study_whose_space_or_noc_file_changed_is_not_resumed(cli, edited, tmp
 def test_a_study_whose_noc_file_changed_while_it_ran_writes_no_front(tmp_path):
     """Each trial reads the NoC file as it finds it: edited after the first batch, the later trials time another
     network. The run ends with one line naming the change and writes no front; the study keeps its trials, and
-    resuming it is refused as a changed study."""
-    from deepstack.errors import UserInputError
-    from deepstack.search.optimize import optimize
-    from deepstack.search.space import load_space, scenarios
-
-    noc = tmp_path / "net.toml"
-    noc.write_text(MINI8.read_text())
-    space = write_space(tmp_path / "one.toml", chips=("standard",), stacked=(2,), connected=(1, 2), hops=(1.0,),
-                        level_bw=(1.0,), fsdp=(False,), noc=noc)
-    stat = noc.stat()
-
-    def edit_after_the_first_batch(done: int, total: int) -> None:
-        if done and "40.0" not in noc.read_text():
-            noc.write_text(noc.read_text().replace("hop_latency_ns = 10.0", "hop_latency_ns = 40.0"))
-            os.utime(noc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock may not tick
-
-    url = f"sqlite:///{tmp_path / 'mid.db'}"
-    kwargs = {"objectives": ["stps", "tokens_per_joule"], "space": str(space), "study": "mid", "storage": url,
-              "scenario": scenarios(load_space(str(space)))[0], "refine": 0, "batch": 2, "out": str(tmp_path)}
-    with pytest.raises(UserInputError, match="changed while the run evaluated trials") as raised:
-        optimize(**kwargs, trials=4, progress=edit_after_the_first_batch)
-    assert "new --study name" in str(raised.value) and "\n" not in str(raised.value)
-    assert not list(tmp_path.glob("mid.pareto*"))
-    kept = _snapshot_of(url, "mid")
-    assert len(kept[2]) == 4
-    with pytest.raises(UserInputError, match="has changed since this study's trials were evaluated"):
-        optimize(**kwargs, trials=5)
-    assert _snapshot_of(url, "mid") == kept
-
-
-def test_a_study_whose_noc_file_changed_while_it_ran_stays_refused_after_the_file_is_restored(tmp_path):
-    """Putting the NoC file back as it was does not make the study whole again: its trials still mix two networks'
-    results, so resuming it stays refused and it keeps exactly the trials it had."""
+    resuming it is refused as a changed study — also once the file is put back as it was, since its trials still
+    mix two networks' results."""
     from deepstack.errors import UserInputError
     from deepstack.search.optimize import optimize
     from deepstack.search.space import load_space, scenarios
@@ -532,11 +501,17 @@ def test_a_study_whose_noc_file_changed_while_it_ran_stays_refused_after_the_fil
     url = f"sqlite:///{tmp_path / 'mid.db'}"
     kwargs = {"objectives": ["stps", "tokens_per_joule"], "space": str(space), "study": "mid", "storage": url,
               "scenario": scenarios(load_space(str(space)))[0], "refine": 0, "batch": 2, "out": str(tmp_path)}
-    with pytest.raises(UserInputError, match="changed while the run evaluated trials"):
+    with pytest.raises(UserInputError, match="changed while the run evaluated trials") as raised:
         optimize(**kwargs, trials=4, progress=edit_after_the_first_batch)
+    assert "new --study name" in str(raised.value) and "\n" not in str(raised.value)
+    assert not list(tmp_path.glob("mid.pareto*"))
+    kept = _snapshot_of(url, "mid")
+    assert len(kept[2]) == 4
+    with pytest.raises(UserInputError, match="has changed since this study's trials were evaluated"):
+        optimize(**kwargs, trials=5)
+    assert _snapshot_of(url, "mid") == kept
     noc.write_text(original)  # the file as the study's first trials read it
     os.utime(noc, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2_000_000))
-    kept = _snapshot_of(url, "mid")
     with pytest.raises(UserInputError, match="has changed since this study's trials were evaluated"):
         optimize(**kwargs, trials=1)
     assert _snapshot_of(url, "mid") == kept
