@@ -16,6 +16,14 @@ import pytest
 from deepstack.cli import run
 
 
+def timing_device_of(point):
+    """The device a design point is timed on (as the phase's GEMM batching resolves it)."""
+    from deepstack.models.hardware.device import resolve_device, timing_device
+
+    return timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
+                                        point.sram, point.noc_bw_scale))
+
+
 class CliResult:
     def __init__(self, code: int, out: str, err: str):
         self.code, self.out, self.err = code, out, err

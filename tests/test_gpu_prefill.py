@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from conftest import timing_device_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,7 +17,6 @@ from deepstack.models.gpu.admission import admitted_batch, resident
 from deepstack.models.gpu.kernels import Kernels, step_kernels
 from deepstack.models.gpu.prefill import step_scenario
 from deepstack.models.gpu.scheduler import Run, Step, _chunking, _whole_prompts_fit, cycle_steps, steady_cycle, wave
-from deepstack.models.hardware.device import resolve_device, timing_device
 from deepstack.models.pipeline.rows import PhaseResult
 from deepstack.schema import Scenario, Schedule
 
@@ -107,8 +107,7 @@ def test_prefill_kernels_replace_the_decode_attention():
 def _point(scenario: Scenario) -> tuple[DesignPoint, object]:
     point = DesignPoint(chip=B200.architecture, scenario=scenario, schedule=Schedule.parse("tp=8"),
                         network=B200.network)
-    dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
-                                       point.sram, point.noc_bw_scale))
+    dev = timing_device_of(point)
     return point, dev
 
 
@@ -247,8 +246,7 @@ def test_steady_state_is_the_mean_of_its_steps_and_slower_than_the_batch_alone()
     alone = evaluate(point, with_ttft=False)
     steady = evaluate(replace(point, scenario=scenario.model_copy(update={"steady_state": True})), with_ttft=False)
     assert alone.metrics.frequency_ghz == steady.metrics.frequency_ghz == h100.architecture.clock_GHz
-    dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
-                                       point.sram, point.noc_bw_scale))
+    dev = timing_device_of(point)
     budgeted_scenario = scenario.model_copy(update={"prefill_chunk_tokens": 8192})
     mixed = _gpu_step(point, dev, step_scenario(Run(Step(634, 1, 7, 1), 1), budgeted_scenario, 512, 2))
     decode_s = alone.breakdown.phase_time_s

@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import timing_device_of
 
 from deepstack.catalog import load
 from deepstack.models import power as power_model
@@ -96,13 +97,16 @@ def test_stretching_to_the_hbm_floor_stretches_every_part_so_it_holds_at_any_clo
 
 # --- waiting SMs -----------------------------------------------------------------------------------------------
 
+# a memory-bound call of 1 ms on an H100 whose 98.94 GFLOP take 0.1 ms at the peak rate: 0.9 ms waiting
+_MEMORY_BOUND_CALL = OpRow("layer", 1, _timing(1e-3, 0.0, 0.1e-3, 1e-3, 0.0, matrix_flops=98.942976e9, kind="matmul"))
+
+
 def test_an_operator_faster_than_its_flops_at_the_peak_rate_has_no_waiting_sms():
     """H100 (989.43 TFLOP/s): a call of 0.5 ms counted with 989.43 GFLOP (1 ms at the peak rate) leaves its tensor
     cores idle for max(0, 0.5 − 1) = 0 ms, not −0.5 ms; beside it a memory-bound call of 1 ms with 98.94 GFLOP
     (0.1 ms) waits 0.9 ms. The step: 0.9 ms, 314.1637 W × 0.9 ms = 0.28275 J. (Unclamped: 0.4 ms.)"""
     fast = OpRow("layer", 1, _timing(0.5e-3, 0.0, 0.5e-3, 0.0, 0.0, matrix_flops=989.42976e9, kind="matmul"))
-    slow = OpRow("layer", 1, _timing(1e-3, 0.0, 0.1e-3, 1e-3, 0.0, matrix_flops=98.942976e9, kind="matmul"))
-    phase = PhaseResult(parts=[fast, slow])
+    phase = PhaseResult(parts=[fast, _MEMORY_BOUND_CALL])
     assert gpu_power.waiting_s(phase, H100, 1.0) == pytest.approx(0.9e-3, rel=1e-9)
     coefficients = power_model.coefficients(H100)
     assert gpu_power.waiting_energy_J(phase, H100, coefficients, 1.0) == pytest.approx(314.1637374 * 0.9e-3,
@@ -112,8 +116,7 @@ def test_an_operator_faster_than_its_flops_at_the_peak_rate_has_no_waiting_sms()
 def test_waiting_sms_count_every_microbatch_of_the_step():
     """The device computes ``microbatches`` stage-times per step: the 1 ms call above (0.9 ms waiting) in a phase
     of 3 microbatches waits 3 × 0.9 = 2.7 ms per step, 314.1637 W × 2.7 ms = 0.84824 J. (One microbatch: 0.9 ms.)"""
-    slow = OpRow("layer", 1, _timing(1e-3, 0.0, 0.1e-3, 1e-3, 0.0, matrix_flops=98.942976e9, kind="matmul"))
-    phase = PhaseResult(parts=[slow], microbatches=3)
+    phase = PhaseResult(parts=[_MEMORY_BOUND_CALL], microbatches=3)
     assert gpu_power.waiting_s(phase, H100, 1.0) == pytest.approx(2.7e-3, rel=1e-9)
     coefficients = power_model.coefficients(H100)
     assert gpu_power.waiting_energy_J(phase, H100, coefficients, 1.0) == pytest.approx(314.1637374 * 2.7e-3,
@@ -219,13 +222,11 @@ def test_a_waves_time_is_its_last_first_token_under_pipeline_parallelism():
     about half of it.)"""
     from deepstack.models.design import DesignPoint
     from deepstack.models.evaluate import _on_device
-    from deepstack.models.hardware.device import timing_device
 
     scenario = Scenario(model="llama-3.3-70b", phase="prefill", batch=3, prefill_chunk_tokens=8192)
     point = DesignPoint(chip=B200_SYSTEM.architecture, scenario=scenario, schedule=Schedule.parse("tp=4,pp=2"),
                         network=B200_SYSTEM.network)
-    dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
-                                       point.sram, point.noc_bw_scale))
+    dev = timing_device_of(point)
     wave = _on_device(point, dev, scenario, False)
     assert isinstance(wave, Wave)
     assert {phase.time_multiplier for _, phase in wave.steps} == {2}
