@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
 from deepstack.models import assumptions, memo
+from deepstack.models.hardware.device import DeviceSpec, resolve_device
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 
@@ -57,6 +58,13 @@ class DesignPoint:
     def judged_ambient_c(self) -> float:
         """The ambient the junction temperature is judged at: a named coolant, else the assumption set's."""
         return assumptions.junction_ambient_c(self.scenario, self.chip.thermal.ambient_c, self.named_ambient_c)
+
+    @property
+    def device(self) -> DeviceSpec:
+        """The device this point's hardware resolves to (chip with its stacking, SRAM, network area and NoC
+        scale): the one place a design point becomes a device."""
+        return resolve_device(self.chip, self.stacked_layers, self.connected_layers, self.network, self.sram,
+                              self.noc_bw_scale)
 
     @property
     def devices(self) -> int:

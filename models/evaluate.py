@@ -23,7 +23,7 @@ from deepstack.models.gpu import gpu_phase
 from deepstack.models.gpu import power as gpu_power
 from deepstack.models.gpu.admission import admitted_batch, resident
 from deepstack.models.gpu.prefill import SteadyCycle, Wave, prefill_wave, steady_state
-from deepstack.models.hardware.device import resolve_device, timing_device
+from deepstack.models.hardware.device import timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
 from deepstack.models.parallel.prefill_budget import budgeted
 from deepstack.models.pipeline import run_phase, serialised
@@ -76,8 +76,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         UserInputError: the schedule does not match the machine, or the device cannot run within its TDP.
     """
     check_schedule(point)
-    dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
-                         point.noc_bw_scale)
+    dev = point.device
     timed_on = timing_device(dev)
     usable = dev.dram.capacity_B * (1 - MEMORY_RESERVE)
     scenario, asked_batch = point.scenario, point.scenario.batch

@@ -70,16 +70,13 @@ def _int(value) -> int | None:
 def enrich(rows: list[dict], scenario: Scenario | None, options: dict, front_file: str) -> list[dict]:
     """Each row with its ``id`` first, ``pes_per_device`` (the area model's PE count for its chip, stacking, SRAM
     and NoC) and the ``command`` that reproduces it; NaN metrics (e.g. an untimed TTFT) are dropped."""
-    from deepstack.models.hardware.device import resolve_device
-
     out = []
     for row in rows:
         extra = {"id": design_id(row)}
         try:
             point = design_point_of(scenario, options, row) if scenario is not None else None
             if point is not None:
-                extra["pes_per_device"] = resolve_device(point.chip, point.stacked_layers, point.connected_layers,
-                                                         point.network, point.sram).pes
+                extra["pes_per_device"] = point.device.pes
         except (UserInputError, KeyError, ValueError):
             pass
         extra["command"] = f"deepstack evaluate --design {extra['id']} --front {front_file}"

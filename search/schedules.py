@@ -16,7 +16,6 @@ from deepstack.errors import InfeasibleError
 from deepstack.models import network
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
-from deepstack.models.hardware.device import resolve_device
 from deepstack.models.parallel.memory import feasible_strategies, fits
 from deepstack.models.parallel.strategies import Strategy, enumerate_strategies, expert_folded
 from deepstack.models.pipeline import prepare_phases
@@ -98,8 +97,7 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     vLLM form with the MoE block's TP folded into EP (:func:`point_schedules`); return the best report
     (thermally feasible ones first) with the search statistics. Raises InfeasibleError if none fits."""
     devices = point.devices
-    dev = resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network, point.sram,
-                         point.noc_bw_scale)
+    dev = point.device
     kept, pruned = feasible_strategies(point.scenario, devices, dev.dram.capacity_B)
     if not kept:
         raise InfeasibleError(

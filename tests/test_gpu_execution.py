@@ -164,3 +164,18 @@ def test_nccl_on_a_fully_connected_platform_uses_every_peer_link():
     # a pair has one link between them: 7.2 µs + 2 × 8 MiB / (0.82 × 64 GB/s)
     assert allreduce(mi8.architecture.gpu, size, 2, mi8.network)[1] == pytest.approx(
         7.2e-6 + 2 * (size / 2) / (0.82 * 64e9))
+
+
+def test_only_8_bit_weights_run_the_block_fp8_linear():
+    from deepstack.api import evaluate
+
+    def boundaries(precision):
+        report = evaluate(model="llama-3.3-70b", system="dgx-b200", parallel="tp=8", phase="decode", batch=1,
+                          precision=precision, with_ttft=False)
+        (name,) = [op.name for op in report.breakdown.operators if op.name.startswith("kernel_boundaries")]
+        return name
+
+    # 4-bit weights are a weight-only GEMM (one launch per linear, as BF16); 8-bit adds a quantise kernel to each
+    # of a Llama layer's 4 linears: 80 layers × 4 = 320 more kernels
+    assert boundaries("a16w4") == boundaries("a16w16")
+    assert int(boundaries("a16w8").split("(")[1].split()[0]) == int(boundaries("a16w16").split("(")[1].split()[0]) + 320

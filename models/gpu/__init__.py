@@ -64,7 +64,10 @@ def _gpu_phase(phase: PhaseResult, point, dev, scenario) -> PhaseResult:
         latency = fixed_timing("fused_moe_latency", gpu.moe_call_latency_us * 1e-6, "launch")
         rows.append(OpRow("moe", layers["moe"], latency))
     work_s = sum(r.count * r.nominal_s for r in rows)
-    kernels = step_kernels(scenario.model, layers, scenario.precision.weight_bits == 8, scenario.phase == "prefill")
+    # 8-bit weights run vLLM's block-FP8 linear (a quantise kernel before each GEMM); 16-bit weights a plain GEMM,
+    # and so do 4-bit ones: a weight-only kernel (Marlin) dequantises inside its one GEMM launch
+    block_fp8 = scenario.precision.weight_bits == 8
+    kernels = step_kernels(scenario.model, layers, block_fp8, scenario.phase == "prefill")
     rows += host_rows(gpu, kernels, work_s, uses_graphs(gpu, scenario, point.schedule))
     return PhaseResult(rows, phase.time_multiplier, phase.microbatches, phase.stage)
 

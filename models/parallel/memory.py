@@ -131,7 +131,7 @@ def _attention_activation_width(model: LLM, tp: int) -> int:
     att, hidden = model.attention, model.hidden
     heads = att.heads_per_device(tp)
     if att.kind == "mla":
-        latent = att.kv_lora_rank + att.qk_rope_head_dim
+        latent = att.kv_cache_elements_per_token(tp)
         expanded = heads * max(att.qk_nope_head_dim + att.v_head_dim, latent)
         return (att.q_lora_rank or 0) + heads * att.qk_head_dim + latent + expanded + heads * att.v_head_dim + hidden
     return 2 * heads * att.head_dim + att.kv_cache_elements_per_token(tp) + hidden

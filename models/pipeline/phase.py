@@ -17,7 +17,7 @@ from deepstack.models.compute.gemm_tuner import prepare_gemms
 from deepstack.models.compute.operators import Choice, Gemm
 from deepstack.models.compute.workload import LayerOps
 from deepstack.models.design import DesignPoint
-from deepstack.models.hardware.device import DeviceSpec, resolve_device, timing_device
+from deepstack.models.hardware.device import DeviceSpec, timing_device
 from deepstack.models.hashing import HashedTuple
 from deepstack.models.parallel import communication
 from deepstack.models.parallel.chunks import PrefillChunks, prefill_chunks
@@ -163,8 +163,7 @@ def prepare_phases(points) -> None:
     alone brings only a few new ones."""
     batches: dict[DeviceSpec, dict] = {}
     for point in points:
-        dev = timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
-                                           point.sram, point.noc_bw_scale))
+        dev = timing_device(point.device)
         s = point.schedule
         for scenario in assumptions.averaged_steps(point.scenario) or (point.scenario,):  # the steps timed
             stages, _, micros, context = _phase_shape(budgeted(scenario, s, dev), s)

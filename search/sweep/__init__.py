@@ -137,10 +137,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     design_space = load_space(space)
     space_ref = space or "default"
 
-    def fingerprint(of_space: DesignSpace) -> dict:
-        return _fingerprint(of_space, scenario, mode, objectives, with_ttft)
-
-    log = ChunkLog(Path(out), fingerprint(design_space))
+    log = ChunkLog(Path(out), _fingerprint(design_space, scenario, mode, objectives, with_ttft))
     started = log.started = time.perf_counter()
     tally = executor.Tally(progress)
     # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;
@@ -152,7 +149,8 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
             with stops.evaluating(), runner as run_chunks:
                 result, rows = _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft,
                                             log, run_chunks, started, tally)
-                log.check_unchanged(fingerprint(load_space(space)))  # the files as they are now
+                # the files as they are now
+                log.check_unchanged(_fingerprint(load_space(space), scenario, mode, objectives, with_ttft))
                 with log.shelter():  # a signal while the files are written waits for the last of them
                     output.write(result, rows, scenario, design_space)
                 return result
