@@ -18,10 +18,9 @@ from deepstack.cli import run
 
 def timing_device_of(point):
     """The device a design point is timed on (as the phase's GEMM batching resolves it)."""
-    from deepstack.models.hardware.device import resolve_device, timing_device
+    from deepstack.models.hardware.device import timing_device
 
-    return timing_device(resolve_device(point.chip, point.stacked_layers, point.connected_layers, point.network,
-                                        point.sram, point.noc_bw_scale))
+    return timing_device(point.device)
 
 
 class CliResult:

@@ -12,7 +12,6 @@ from deepstack import catalog
 from deepstack.models import clear_caches, memo
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
-from deepstack.models.hardware.device import resolve_device
 from deepstack.models.pipeline import run_phase
 from deepstack.schema import Scenario, Schedule
 
@@ -101,8 +100,7 @@ def test_the_phase_memo_key_follows_every_field_of_the_design_point():
     """The phase memo keys on the design point itself, never on a hand-made list of its fields: two points that
     differ only in a field added later must not share an entry, and equal points must."""
     base = _point(*SAMPLE[0])
-    dev = resolve_device(base.chip, base.stacked_layers, base.connected_layers, base.network, base.sram,
-                         base.noc_bw_scale)
+    dev = base.device
     clear_caches()
     a, b = _tagged(base, "a"), _tagged(base, "b")
     phase_a = run_phase(a, dev, a.scenario)
