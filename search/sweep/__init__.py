@@ -15,7 +15,6 @@ points) and ``summary.json`` to its output folder (:mod:`.output`). Each hardwar
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import os
 import time
@@ -29,7 +28,6 @@ from deepstack.schema import DesignSpace, Scenario
 from deepstack.search import executor
 from deepstack.search.files import check_output_folder
 from deepstack.search.interrupt import Interrupts
-from deepstack.search.objectives import score
 from deepstack.search.space import (
     HardwarePoint,
     base_points,
@@ -41,6 +39,7 @@ from deepstack.search.studies.provenance import code_digest, json_digest, preset
 from deepstack.search.sweep import output
 from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, run_tier
 from deepstack.search.sweep.points import SweepTask, affinity_order
+from deepstack.search.sweep.survivors import Survivors, summarise
 
 MODES = ("hierarchical", "exhaustive")
 BACKENDS = ("local", "dask")
@@ -88,20 +87,8 @@ def all_points(space: DesignSpace) -> list[HardwarePoint]:
     return out
 
 
-def _best_per_hardware(rows: list[dict], objective: str) -> dict[str, dict]:
-    best: dict[str, dict] = {}
-    for row in rows:
-        if not row["feasible"]:
-            continue
-        label = json.dumps([row[k] for k in output.HARDWARE_COLUMNS])
-        value = score(row, objective)
-        if label not in best or value > best[label]["_score"]:
-            best[label] = {**row, "_score": value}
-    return best
-
-
-def _promote(rows: list[dict], objective: str, share: float = PROMOTED_SHARE) -> list[HardwarePoint]:
-    best = sorted(_best_per_hardware(rows, objective).values(), key=lambda r: -r["_score"])
+def _promote(survivors: Survivors, share: float = PROMOTED_SHARE) -> list[HardwarePoint]:
+    best = survivors.ranked_best()
     keep = best[: max(1, math.ceil(len(best) * share))] if best else []
     return [HardwarePoint(r["chip"], r["noc"], r["stacked_layers"], r["connected_layers"], r["sram"],
                           r["hop_latency_scale"], tuple(r["level_bw_scales"])) for r in keep]
@@ -147,12 +134,12 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
         try:
             runner = executor.chunk_runner(backend, workers, scheduler, shelter=stops.deferred)
             with stops.evaluating(), runner as run_chunks:
-                result, rows = _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft,
-                                            log, run_chunks, started, tally)
+                result = _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
+                                      run_chunks, started, tally)
                 # the files as they are now
                 log.check_unchanged(_fingerprint(load_space(space), scenario, mode, objectives, with_ttft))
                 with log.shelter():  # a signal while the files are written waits for the last of them
-                    output.write(result, rows, scenario, design_space)
+                    output.write(result, log.paths, scenario, design_space)
                 return result
         except BaseException as exc:
             if not stops.ended(exc):
@@ -165,47 +152,31 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
 
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                 started, tally) -> tuple[SweepResult, list[dict]]:
-    read_back = {}
+                 started, tally) -> SweepResult:
+    survivors = Survivors(objectives)
 
-    def _tier(name: str, points: list[HardwarePoint]) -> list[dict]:
+    def _tier(name: str, label: str, points: list[HardwarePoint]) -> None:
         before = log.read_back
-        rows = run_tier(name, tasks(points), log, run_chunks, tally)
-        read_back[name] = log.read_back - before
-        return rows
-
-    def tasks(points: list[HardwarePoint]) -> list[SweepTask]:
-        return [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft)
-                for p in affinity_order(design_space, points)]
+        tasks = [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft)
+                 for p in affinity_order(design_space, points)]
+        summaries = run_tier(name, tasks, log, run_chunks, lambda rows: summarise(rows, objectives), tally)
+        for summary in summaries:
+            survivors.merge(summary)
+        tiers.append({"tier": label, "hardware_points": len(points), "evaluations": sum(s.rows for s in summaries),
+                      "read_back": log.read_back - before})
 
     tiers = []
     if mode == "exhaustive":
-        points = all_points(design_space)
-        rows = _tier("all", points)
-        tiers.append({"tier": "all", "hardware_points": len(points), "evaluations": len(rows),
-                      "read_back": read_back["all"]})
+        _tier("all", "all", all_points(design_space))
     else:
-        tier1 = base_points(design_space)
-        rows = _tier("tier1", tier1)
-        tiers.append({"tier": "1: chip × NoC × stacking × SRAM", "hardware_points": len(tier1),
-                      "evaluations": len(rows), "read_back": read_back["tier1"]})
-        promoted = _promote(rows, objectives[0])
-        tier2 = _hop_points(design_space, promoted)
-        rows2 = _tier("tier2", tier2)
-        tiers.append({"tier": "2: hop latency", "hardware_points": len(tier2), "evaluations": len(rows2),
-                      "read_back": read_back["tier2"]})
-        rows += rows2
-        promoted = _promote(rows, objectives[0])
-        tier3 = _bw_points(design_space, promoted)
-        rows3 = _tier("tier3", tier3)
-        tiers.append({"tier": "3: per-level bandwidth", "hardware_points": len(tier3), "evaluations": len(rows3),
-                      "read_back": read_back["tier3"]})
-        rows += rows3
+        _tier("tier1", "1: chip × NoC × stacking × SRAM", base_points(design_space))
+        _tier("tier2", "2: hop latency", _hop_points(design_space, _promote(survivors)))
+        _tier("tier3", "3: per-level bandwidth", _bw_points(design_space, _promote(survivors)))
     run_s = time.perf_counter() - started
-    front = output.front(rows, objectives)
-    wall_s = log.sweep_wall_s(evaluated=log.read_back < len(rows))
+    evaluations = sum(t["evaluations"] for t in tiers)
+    front = output.front(survivors.candidates, objectives)
+    wall_s = log.sweep_wall_s(evaluated=log.read_back < evaluations)
     log.record_wall_s(wall_s)
-    result = SweepResult(mode, len(rows), sum(t["hardware_points"] for t in tiers),
-                         wall_s, out, objectives, front, tiers,
-                         log.read_back, log.timeline, with_ttft, run_s)
-    return result, rows
+    return SweepResult(mode, evaluations, sum(t["hardware_points"] for t in tiers),
+                       wall_s, out, objectives, front, tiers,
+                       log.read_back, log.timeline, with_ttft, run_s)

@@ -7,8 +7,9 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from deepstack.errors import UserInputError
 from deepstack.search.executor import Tally
@@ -36,6 +37,14 @@ def _what_differs(stored, fingerprint: dict[str, str]) -> str:
     return "this sweep, but evaluated by other code (DeepStack's model or search files have changed since)"
 
 
+def rows_of(path: Path) -> Iterator[dict]:
+    """The rows of a chunk file, in order."""
+    with open(path) as fh:
+        for line in fh:
+            if line.strip():
+                yield json.loads(line)
+
+
 class ChunkLog:
     """Finished chunks of a sweep, one JSON-lines file each in ``<out>/chunks/`` (written atomically), so a
     re-run resumes after the last finished chunk and never evaluates a finished one twice."""
@@ -46,6 +55,7 @@ class ChunkLog:
         # finished (None: read back from a run that did not record it)] (for ``compare``'s front at equal wall time)
         self.timeline: list[list] = []
         self.read_back = 0  # rows of chunks finished by an earlier run and read back, not evaluated by this one
+        self.paths: list[Path] = []  # every chunk file of the sweep in points.csv order
         self.shelter: Callable = contextlib.nullcontext  # a span no signal cuts (Interrupts.deferred) for save
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -113,7 +123,7 @@ class ChunkLog:
         path = self.path(tier, index)
         if not path.exists():
             return None
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        return list(rows_of(path))
 
     def save(self, tier: str, index: int, lines: str) -> float:
         """Record a finished chunk: its rows as JSON lines (see :func:`evaluate_chunk`) and when it finished on the
@@ -131,16 +141,17 @@ class ChunkLog:
         return sum(1 for _ in self.folder.glob("*.jsonl"))
 
 
-def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable,
-             tally: Tally | None = None) -> list[dict]:
+def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable, keep: Callable[[list[dict]], Any],
+             tally: Tally | None = None) -> list:
     """Evaluate a tier chunk by chunk with ``run_chunks`` (an executor's ``run(evaluate, chunks, done)``),
-    resuming finished chunks, and merge the rows in chunk order. ``tally`` counts the tier's hardware points, each
-    chunk's as it finishes (a read-back chunk at once)."""
+    resuming finished chunks. Returns ``keep(rows)`` of each chunk, in chunk order: the rows themselves stay in
+    the chunk files (``log.path(tier, index)``), read again only to write points.csv. ``tally`` counts the
+    tier's hardware points, each chunk's as it finishes (a read-back chunk at once)."""
     tally = tally or Tally()
     tally.plan(len(tasks))
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
-    results: dict[int, list[dict]] = {}
+    kept: dict[int, tuple[int, Any]] = {}  # chunk → (its rows, what is kept of them)
     finished: dict[int, float | None] = {}
     todo = []
     for index in range(len(chunks)):
@@ -148,7 +159,7 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
         if rows is None:
             todo.append(index)
         else:
-            results[index] = rows
+            kept[index] = (len(rows), keep(rows))
             finished[index] = log.finished_s.get(f"{tier}-{index:05d}")
             log.read_back += len(rows)
             tally.finish(len(chunks[index]))
@@ -156,10 +167,11 @@ def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Calla
     def done(index: int, chunk: tuple[list[dict], str]) -> None:
         rows, lines = chunk
         finished[index] = log.save(tier, index, lines)
-        results[index] = rows
+        kept[index] = (len(rows), keep(rows))
         tally.finish(len(chunks[index]))
 
     if todo:
         run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
-    log.timeline += [[tier, len(results[index]), finished.get(index)] for index in range(len(chunks))]
-    return [row for index in range(len(chunks)) for row in results[index]]
+    log.timeline += [[tier, kept[index][0], finished.get(index)] for index in range(len(chunks))]
+    log.paths += [log.path(tier, index) for index in range(len(chunks))]
+    return [kept[index][1] for index in range(len(chunks))]

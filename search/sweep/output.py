@@ -6,37 +6,31 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable
 from pathlib import Path
-
-import numpy as np
 
 from deepstack.errors import UserInputError
 from deepstack.jsonutil import finite
 from deepstack.schema import DesignSpace, Scenario
-from deepstack.search import pareto
 from deepstack.search.front_design import enrich, named_nocs
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.studies.provenance import code_digest
 from deepstack.search.study_front import one_per_objective_vector
-from deepstack.search.sweep.points import METRIC_COLUMNS
+from deepstack.search.sweep.chunks import rows_of
+from deepstack.search.sweep.points import HARDWARE_COLUMNS, METRIC_COLUMNS
+from deepstack.search.sweep.survivors import nondominated
 
-HARDWARE_COLUMNS = ("chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale",
-                    "level_bw_scales")
+__all__ = ["HARDWARE_COLUMNS", "front", "read_sweep", "write"]
 
 
 def front(rows: list[dict], objectives: list[str]) -> list[dict]:
     """The feasible rows no other feasible row dominates, best first by the first objective."""
-    feasible = [r for r in rows if r["feasible"]]
-    if not feasible:
-        return []
-    values = np.array([[r[OBJECTIVES[o][0]] for o in objectives] for r in feasible], dtype=float)
-    mask = pareto.nondominated_mask(values, objectives)
     kept = [{**{o: r[OBJECTIVES[o][0]] for o in objectives}, **{k: v for k, v in r.items() if k != "_score"}}
-            for r, keep in zip(feasible, mask, strict=True) if keep]
+            for r in nondominated([r for r in rows if r["feasible"]], objectives)]
     return sorted(kept, key=lambda r: r[objectives[0]], reverse=OBJECTIVES[objectives[0]][1])
 
 
-def _csv_cells(rows: list[dict], names: list[str]):
+def _csv_cells(rows: Iterable[dict], names: list[str]):
     """Each row's cells in column order: lists as JSON (encoded once per distinct list), missing keys empty."""
     encoded: dict[tuple, str] = {}
     for row in rows:
@@ -54,8 +48,9 @@ def _csv_cells(rows: list[dict], names: list[str]):
         yield cells
 
 
-def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> None:
-    """Write a finished sweep's files into ``result.out`` (a :class:`~deepstack.search.sweep.SweepResult`)."""
+def write(result, chunk_files: list[Path], scenario: Scenario, space: DesignSpace) -> None:
+    """Write a finished sweep's files into ``result.out`` (a :class:`~deepstack.search.sweep.SweepResult`);
+    points.csv from the rows of ``chunk_files`` (in order), read one file at a time."""
     out = Path(result.out)
     out.mkdir(parents=True, exist_ok=True)
     # ttft_s is computed only when an objective needs it (a decode sweep would otherwise time a prefill per
@@ -68,11 +63,12 @@ def write(result, rows: list[dict], scenario: Scenario, space: DesignSpace) -> N
     sram_options = {o.name: o.model_dump(mode="json") for o in space.hardware.sram}
     front, noc_definitions = named_nocs(enrich(result.pareto, scenario, sram_options, str(out / "pareto.csv")))
     result.pareto[:] = one_per_objective_vector(front, result.objectives)
-    for name, data in (("points.csv", rows), ("pareto.csv", result.pareto)):
+    every_row = (row for path in chunk_files for row in rows_of(path))
+    for name, data in (("points.csv", every_row), ("pareto.csv", result.pareto)):
         names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
         if name == "pareto.csv":
             names = ["id", *names, "pes_per_device", "command",
-                     *(["equivalent"] if any(r.get("equivalent") for r in data) else [])]
+                     *(["equivalent"] if any(r.get("equivalent") for r in result.pareto) else [])]
         with open(out / name, "w", newline="") as fh:
             writer = csv.writer(fh)
             writer.writerow(names)

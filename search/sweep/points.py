@@ -14,6 +14,8 @@ from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.schedules import PointSchedule, evaluate_schedules, point_schedules
 from deepstack.search.space import HardwarePoint, design_point, load_space, scaled_network, sram_option
 
+HARDWARE_COLUMNS = ("chip", "noc", "stacked_layers", "connected_layers", "sram", "hop_latency_scale",
+                    "level_bw_scales")
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c",
                   "power_density_W_per_mm2", "frequency_ghz", "memory_gib")
 
