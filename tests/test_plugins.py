@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CliResult, assert_user_error
+from conftest import CliResult, assert_user_error, write_space
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "deepstack-star-plugin"
 DEEPSTACK = str(Path(sys.executable).parent / "deepstack")
@@ -83,3 +83,21 @@ def test_a_broken_plugin_is_one_line_naming_it(tmp_path):
     proc = _run("catalog", "llms", path=tmp_path, cwd=tmp_path)
     assert_user_error(CliResult(proc.returncode, proc.stdout, proc.stderr), "plugin broken (broken_plugin",
                       "RuntimeError: this plugin is broken")
+
+
+def test_a_plugin_is_part_of_the_code_so_results_stored_without_it_are_not_reused(installed, tmp_path):
+    # the plugin's algorithm joins the automatic choice on built-in NoCs too, so what a design point computes may
+    # change when it is installed: the code digest covers it, and a sweep stored without it is not resumed with it
+    digest = [sys.executable, "-c", "from deepstack.search.studies.provenance import code_digest; print(code_digest())"]
+    without, with_plugin = (subprocess.run(digest, capture_output=True, text=True, check=True, timeout=300,
+                                           env={**os.environ, "PYTHONPATH": str(path)}).stdout
+                            for path in (tmp_path, installed))
+    assert without != with_plugin
+    space = write_space(tmp_path / "tiny.toml", chips=("standard",), hops=(1.0,), stacked=(2,), connected=(2,),
+                        level_bw=(1.0,), fsdp=(False,))
+    sweep = ("sweep", "--mode", "exhaustive", "--space", str(space), "--out", "out")
+    first = _run(*sweep, path=tmp_path, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = _run(*sweep, path=installed, cwd=tmp_path)
+    assert_user_error(CliResult(again.returncode, again.stdout, again.stderr), "--out:",
+                      "evaluated by other code")

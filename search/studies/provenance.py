@@ -9,11 +9,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import json
 from collections.abc import Iterator
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from deepstack.registry import PLUGIN_GROUP
 from deepstack.schema.loader import SUFFIXES
 
 _PACKAGES = ("deepstack", "deepstack.models", "deepstack.search")  # three folders: models/ and search/ sit beside
@@ -21,10 +24,14 @@ _SOURCES = ("*.py", "*.toml")  # the laws and runners, and the presets (chips, N
 
 
 def digest_of(roots: dict[str, Path]) -> str:
-    """SHA-256 (hex, first 16 digits) over the name and bytes of every source and preset file under each root."""
+    """SHA-256 (hex, first 16 digits) over the name and bytes of every source and preset file under each root (a
+    folder, or one module's file)."""
     digest = hashlib.sha256()
     for name, root in sorted(roots.items()):
-        files = sorted({f for pattern in _SOURCES for f in root.rglob(pattern) if "__pycache__" not in f.parts})
+        if root.is_file():
+            files, root = [root], root.parent
+        else:
+            files = sorted({f for pattern in _SOURCES for f in root.rglob(pattern) if "__pycache__" not in f.parts})
         for path in files:
             digest.update(f"{name}/{path.relative_to(root).as_posix()}\0".encode())
             digest.update(path.read_bytes())
@@ -33,8 +40,23 @@ def digest_of(roots: dict[str, Path]) -> str:
 
 @functools.cache
 def code_digest() -> str:
-    """The digest of the code now running (its three package folders)."""
-    return digest_of({name: Path(importlib.import_module(name).__file__).parent for name in _PACKAGES})
+    """The digest of the code now running: its three package folders and every installed plugin's code (a plugin
+    can change what a built-in design point computes: the automatic choice ranks its collective algorithms too)."""
+    packages = {name: Path(importlib.import_module(name).__file__).parent for name in _PACKAGES}
+    return digest_of(packages | _plugin_code())
+
+
+def _plugin_code() -> dict[str, Path]:
+    """Each installed plugin's package folder (or module file), by its entry point's name; none without plugins,
+    so the digest is then that of the package alone."""
+    out = {}
+    for point in entry_points(group=PLUGIN_GROUP):
+        spec = importlib.util.find_spec(point.value.split(":")[0].strip().split(".")[0])
+        if spec is not None and spec.submodule_search_locations:
+            out[f"plugin:{point.name}"] = Path(next(iter(spec.submodule_search_locations)))
+        elif spec is not None and spec.origin:
+            out[f"plugin:{point.name}"] = Path(spec.origin)
+    return out
 
 
 def json_digest(value: Any) -> str:
