@@ -87,7 +87,10 @@ def evaluate(point: DesignPoint | None = None, /, *, model: str | None = None, p
              stacked_layers: int | None = None, connected_layers: int | None = None, parallel: str | None = None,
              objective: str = "stps", with_ttft: bool = True, breakdown: bool = True,
              overlap: bool = True, prefill_chunk_tokens: int | None = None, ambient_c: float | None = None,
-             max_temp_c: float | None = None) -> Report:
+             max_temp_c: float | None = None, assumptions: str | None = None, cuda_graphs: bool | None = None,
+             steady_state: bool | None = None, pes: int | None = None, l1_kib: float | None = None,
+             l1_bw_B_per_cycle: float | None = None, hop_latency_scale: float = 1.0,
+             level_bw_scale: str | None = None) -> Report:
     """Evaluate one design point and return its typed, immutable :class:`Report`.
 
     Either pass a :class:`DesignPoint`, or describe the point with keywords as the ``deepstack evaluate``
@@ -102,7 +105,10 @@ def evaluate(point: DesignPoint | None = None, /, *, model: str | None = None, p
     ``breakdown=False`` leaves out the per-operator breakdown (``report.breakdown`` is None), and
     ``overlap=False`` serialises every collective with its GEMM (no eq. 5 overlap, no FSDP prefetch).
     ``prefill_chunk_tokens`` is the prefill token budget per step (default: chunked prefill as vLLM runs it),
-    ``ambient_c`` the coolant temperature and ``max_temp_c`` the junction limit (default: the chip's).
+    ``ambient_c`` the coolant temperature and ``max_temp_c`` the junction limit (default: the chip's). The
+    command's other flags are keywords too, by the same names: ``assumptions`` ("default" or "paper"),
+    ``cuda_graphs`` and ``steady_state`` (GPU serving), and the hardware overrides ``pes``, ``l1_kib``,
+    ``l1_bw_B_per_cycle``, ``hop_latency_scale`` and ``level_bw_scale`` (e.g. "1.9,0.4,1.7").
 
     Units are in the field names: ``report.metrics.ttft_s`` (s), ``.stps`` (tokens/s, the whole system),
     ``.power_w`` (W), ``.temperature_c`` (°C), ``.frequency_ghz`` (GHz). Every part is also a read-only
@@ -123,7 +129,10 @@ def evaluate(point: DesignPoint | None = None, /, *, model: str | None = None, p
                         precision=precision, chip=chip, noc=noc, system=system, stacked_layers=stacked_layers,
                         connected_layers=connected_layers, parallel=parallel, objective=objective,
                         with_ttft=with_ttft, breakdown=breakdown, overlap=overlap,
-                        prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c)
+                        prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
+                        assumptions=assumptions, cuda_graphs=cuda_graphs, steady_state=steady_state, pes=pes,
+                        l1_kib=l1_kib, l1_bw_B_per_cycle=l1_bw_B_per_cycle, hop_latency_scale=hop_latency_scale,
+                        level_bw_scale=level_bw_scale)
 
 
 def best_schedules(point: DesignPoint, objective: str = "stps"):

@@ -142,6 +142,16 @@ _METRIC_LABELS = {
 }
 
 
+def _schedule_text(schedule: dict[str, Any]) -> str:
+    """The schedule as evaluated: its degrees, with a pipeline's microbatch count and any collective's algorithm
+    that is not chosen automatically (what tells two runs of one schedule apart)."""
+    parts = [schedule["text"]]
+    if schedule["pp"] > 1:
+        parts.append(f"{schedule['microbatches']} microbatch{'es' * (schedule['microbatches'] != 1)}")
+    parts += [f"{name}={algorithm}" for name, algorithm in sorted(schedule["collectives"].items())]
+    return "; ".join(parts)
+
+
 def evaluation(result: dict[str, Any]) -> None:
     """Readable summary of an evaluation report: verdict, metrics, hardware, and the operator breakdown."""
     sc, hw = result["scenario"], result["hardware"]
@@ -149,7 +159,9 @@ def evaluation(result: dict[str, Any]) -> None:
     console.print(
         f"[bold]{sc['model']}[/bold] {sc['phase']}, batch {sc['batch']}, {sc['input_len']}→{sc['output_len']} "
         f"tokens, {sc['precision']} on {hw['devices']}× [bold]{hw['chip']}[/bold]"
-        + (f" over {hw['noc']}" if hw.get("noc") else "") + f" ({result['schedule']['text']}): {verdict}"
+        + (f" over {hw['noc']}" if hw.get("noc") else "")
+        + (" (*: its hop latency or link bandwidths scaled)" if (hw.get("noc") or "").endswith("*") else "")
+        + f" ({_schedule_text(result['schedule'])}): {verdict}"
     )
     for violation in result["violations"]:
         console.print(f"  [red]✗[/red] {violation}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from deepstack.errors import UserInputError
@@ -105,3 +106,13 @@ def check_schedule(point: DesignPoint) -> None:
         )
     if point.network is None and (s.devices != s.attention.dp or s.ffn.devices != s.ffn.dp or s.pp > 1):
         raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")
+    model, scenario = point.scenario.model, point.scenario
+    if s.pp > model.layers:
+        raise UserInputError(f"--parallel: pp={s.pp} but {model.name} has {model.layers} layers: a pipeline stage "
+                             "would hold none")
+    if scenario.phase == "decode" and s.microbatches:
+        requests = math.ceil(scenario.batch / s.attention.replicas)  # a decode microbatch holds whole requests
+        if s.microbatches > requests:
+            raise UserInputError(f"--parallel: microbatches={s.microbatches} but each data replica serves {requests} "
+                                 f"request{'s' * (requests != 1)} in decode: at most {requests} (an empty "
+                                 "microbatch would serve no one)")

@@ -18,6 +18,7 @@ from deepstack.search import bilevel, executor
 from deepstack.search.feasibility import Proposal
 from deepstack.search.space import HardwarePoint
 from deepstack.search.study_record import StudyRecord, trial_counts
+from deepstack.wording import counted
 
 QUEUED_EXACT = ("warm_start", "retry_of", "requeued")  # queued trials solved exactly (their user attributes)
 REFINE_BATCH = 32  # trials per batch of the local search (no sampler waits on them)
@@ -98,7 +99,7 @@ def run(mirror, the_study, problem, trials: int, batch: int, workers: int, until
                 progress(run["told"], trials)
             if log and announce:
                 log(f"trials {mirror.completed}: hypervolume {hv:.6g}, {record.evaluations} evaluations, "
-                    f"front {len(record.front_rows())} design × schedule rows")
+                    f"front {counted(len(record.front_rows()), 'design × schedule row')}")
             return True
 
         def sample(until: int) -> None:

@@ -17,7 +17,7 @@ from deepstack.models.hardware import area as area_model
 from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.models.parallel.strategies import Strategy
 from deepstack.schema import DesignSpace, Scenario
-from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint, scaled_network
+from deepstack.search.space import MAX_USEFUL_LAYERS, HardwarePoint, scaled_network, searched_stackings
 
 AREA_UNIT_MM2 = 1e-6  # areas become integers in µm²·(1e6 per mm²) for CP-SAT
 
@@ -38,9 +38,7 @@ class FeasibilityTables:
         self.chips = list(hw.chips)
         self.nocs = list(hw.nocs)
         self.srams = [option.name for option in hw.sram]
-        self.stacked = sorted({m for m in hw.stacked_layers if m <= MAX_USEFUL_LAYERS})
-        if not self.stacked:
-            raise UserInputError(f"space {space.name}: stacked_layers has no value ≤ {MAX_USEFUL_LAYERS}")
+        self.stacked = searched_stackings(space, f"space {space.name}: stacked_layers")
         self.connected = "all" if hw.connected_layers == "all" else sorted(set(hw.connected_layers))
         self.hops = list(hw.hop_latency_scale)
         self.bws = list(hw.level_bw_scale)

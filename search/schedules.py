@@ -22,6 +22,7 @@ from deepstack.models.pipeline import prepare_phases
 from deepstack.models.results import Report
 from deepstack.schema import Scenario, Schedule
 from deepstack.search.objectives import OBJECTIVES, score
+from deepstack.wording import counted, per_rule
 
 TOP_REPORTED = 5
 
@@ -101,7 +102,7 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     kept, pruned = feasible_strategies(point.scenario, devices, dev.dram.capacity_B)
     if not kept:
         raise InfeasibleError(
-            f"no schedule of {devices} devices fits: {dict(pruned)} strategies pruned by rule "
+            f"no schedule of {counted(devices, 'device')} fits: strategies pruned by rule {per_rule(pruned) or 'none'} "
             f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
         )
     candidates = point_schedules(point.scenario, kept, dev.dram.capacity_B)

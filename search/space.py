@@ -57,7 +57,19 @@ def checked_space(space: DesignSpace, path: Path) -> DesignSpace:
     does not exist."""
     space = _resolve_relative(space, path.resolve().parent)
     _check_references(space, path)
+    if any(catalog.load("chips", chip).is_3d for chip in space.hardware.chips):
+        searched_stackings(space, f"{path}: hardware.stacked_layers")
     return space
+
+
+def searched_stackings(space: DesignSpace, where: str) -> list[int]:
+    """The stack heights m a search of ``space`` evaluates: those ≤ 10 (§4.2.3); refused (naming ``where``) when
+    there are none, which would leave every 3D chip of the space without a point."""
+    stacked = sorted({m for m in space.hardware.stacked_layers if m <= MAX_USEFUL_LAYERS})
+    if not stacked:
+        raise UserInputError(f"{where}: no value ≤ {MAX_USEFUL_LAYERS} (got {list(space.hardware.stacked_layers)}); "
+                             f"searches skip deeper stacks (paper §4.2.3: they are Pareto-dominated)")
+    return stacked
 
 
 def _check_references(space: DesignSpace, path: Path) -> None:

@@ -18,6 +18,7 @@ from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.models.parallel.strategies import enumerate_strategies
 from deepstack.models.results import Report
 from deepstack.schema import NetworkLevel, Schedule, SramOption, build_scenario, validate
+from deepstack.schema.space import MAX_L1_BW_SCALE
 from deepstack.search.schedules import best_schedule
 
 
@@ -47,11 +48,19 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     else:
         architecture = catalog.load("chips", chip or "standard")
         network = catalog.load("nocs", noc) if noc else None
+    template = architecture
     architecture, sram, network = _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle,
                                                   hop_latency_scale, level_bw_scale)
     schedule = Schedule.parse(parallel) if parallel else Schedule()
     point = DesignPoint(chip=architecture, scenario=scenario, schedule=schedule, network=network,
                         stacked_layers=stacked_layers, connected_layers=connected_layers, sram=sram)
+    if pes is not None:
+        fits = dataclasses.replace(point, chip=template).device.pes
+        if pes > fits and template.device.pes != "auto":  # a GPU: its SMs are given
+            raise UserInputError(f"--pes: at most the {fits} PEs {template.name} has (got {pes})")
+        if pes > fits:
+            raise UserInputError(f"--pes: at most {fits} PEs fit {template.name}'s {template.device.area_mm2:g} mm² "
+                                 f"with this stack, SRAM and network (the area model's count; got {pes})")
     options = {"with_ttft": with_ttft, "breakdown": breakdown, "overlap": overlap}
     if parallel is None and network is not None and network.devices > 1:
         search = best_schedule(point, objective)
@@ -64,8 +73,18 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
         report = run_evaluation(point, **options)
     memory = [v for v in report.violations if v.startswith("memory")]
     if memory:
-        raise InfeasibleError(f"{memory[0]}; use more devices (--parallel) or a larger DRAM stack")
+        raise InfeasibleError(f"{memory[0]}; {_memory_hint(system, network)}")
     return report
+
+
+def _memory_hint(system: str | None, network) -> str:
+    """What can make a design point that does not fit in memory fit, given how its machine was named."""
+    if system:  # a fixed server: its GPUs and their memory are given
+        return ("shard the model further (--parallel, e.g. tp=8), serve a smaller --batch or take a system with more "
+                "memory")
+    if network is None or network.devices == 1:
+        return "serve a smaller --batch, or shard the model over a network of devices (--noc)"
+    return "shard the model further (--parallel: TP, EP, PP), serve a smaller --batch or stack more DRAM layers"
 
 
 def _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle, hop_latency_scale, level_bw_scale):
@@ -84,9 +103,13 @@ def _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle, 
         for flag, value in (("--l1-kib", l1_kib), ("--l1-bw-B-per-cycle", l1_bw_B_per_cycle)):
             if value is not None and value <= 0:
                 raise UserInputError(f"{flag}: must be > 0 (got {value:g})")
-        width = l1_bw_B_per_cycle or architecture.pe.l1_bw_B_per_cycle
+        base = architecture.pe.l1_bw_B_per_cycle
+        widest = MAX_L1_BW_SCALE * base
+        if l1_bw_B_per_cycle is not None and l1_bw_B_per_cycle > widest:
+            raise UserInputError(f"--l1-bw-B-per-cycle: at most {widest:g} B/cycle on {architecture.name} "
+                                 f"({MAX_L1_BW_SCALE:g} × its {base:g}) (got {l1_bw_B_per_cycle:g})")
         sram = validate(SramOption, {"name": "flags", "l1_KiB": l1_kib,
-                                     "l1_bw_scale": width / architecture.pe.l1_bw_B_per_cycle}, origin="--l1-kib")
+                                     "l1_bw_scale": (l1_bw_B_per_cycle or base) / base}, origin="--l1-kib")
     scales = tuple(_numbers(level_bw_scale, "--level-bw-scale")) if level_bw_scale else ()
     if hop_latency_scale <= 0 or any(x <= 0 for x in scales):
         raise UserInputError("--hop-latency-scale, --level-bw-scale: multipliers must be > 0")

@@ -19,6 +19,7 @@ from deepstack.cli.common import (
 )
 from deepstack.errors import UserInputError
 from deepstack.registry import ALGORITHMS, TOPOLOGIES
+from deepstack.wording import per_rule
 
 
 def evaluate(
@@ -106,7 +107,7 @@ def _search_line(result: dict) -> None:
     if not search:
         return
     pruned = search.get("pruned") or {}
-    rules = ", ".join(f"{rule} {count:,}" for rule, count in pruned.items())
+    rules = per_rule(pruned)
     top = search.get("top") or []
     metric = next((k for k in (top[0] if top else {}) if k not in ("schedule", "feasible")), None)
     ranked = "; ".join(f"{r['schedule']} ({report.fmt(r[metric])} {metric})" for r in top[:3]) if metric else ""
@@ -173,13 +174,13 @@ def _clock_reason(result: dict) -> str:
     hw, limit = result["hardware"], (result.get("breakdown") or {}).get("clock_limit")
     layers = f"m = {hw['stacked_layers']} layers" if hw.get("stacked_layers") else "its package"
     reasons = {
-        "thermal clock": f"static DVFS rule: the sustainable clock f_th of {layers} at {hw['max_temp_c']:g} °C",
-        "power wall": f"power wall: the {hw['tdp_w_per_device']:g} W TDP",
-        "thermal wall": f"thermal wall: below the {hw['tdp_w_per_device']:g} W TDP the package holds "
+        "thermal clock": f"the static DVFS rule: the sustainable clock f_th of {layers} at {hw['max_temp_c']:g} °C",
+        "power wall": f"the power wall: the {hw['tdp_w_per_device']:g} W TDP",
+        "thermal wall": f"the thermal wall: below the {hw['tdp_w_per_device']:g} W TDP the package holds "
                         f"{hw['max_temp_c']:g} °C",
         "above limit": f"the lowest clock, still above {hw['max_temp_c']:g} °C",
     }
-    return f" (set by the {reasons[limit]})" if limit in reasons else ""
+    return f" (set by {reasons[limit]})" if limit in reasons else ""
 
 
 def strategies(

@@ -10,6 +10,7 @@ import typer
 
 from deepstack import api, report
 from deepstack.cli.common import JsonFlag, SpaceOption, _bar, with_space_scenario
+from deepstack.wording import counted
 
 
 @with_space_scenario
@@ -81,11 +82,17 @@ def _optimize_summary(result: dict) -> None:
     refined = f" ({run['refined']} of them refining the front)" if run.get("refined") else ""
     earlier = (f" ({run['resumed_from']} of them by the interrupted run this one finished)" if run.get("resumed_from")
                else "")
-    print(f"this run: {run['told']} trials told{earlier}{refined}, {run['repaired']} proposals repaired, "
-          f"{run['infeasible']} infeasible, {run['over_thermal_limit']} over the thermal limit; hypervolume "
+    print(f"this run: {counted(run['told'], 'trial')} told{earlier}{refined}, {counted(run['repaired'], 'proposal')} "
+          f"repaired, {run['infeasible']} infeasible, {run['over_thermal_limit']} over the thermal limit; hypervolume "
           f"{run['hypervolume']:.6g} (seed {run['seed']}); {run['evaluations']} design-point evaluations in the study")
     if run.get("stalled"):
-        print("stopped: the hypervolume did not grow for the --until-stall trials")
+        left = run["planned"] - run["told"]
+        if left > 0:
+            print(f"stopped {left} trial{'s' * (left != 1)} early: the hypervolume did not grow for the --until-stall "
+                  "trials")
+        else:  # the stall ended the sampler's share; the local search ran the rest
+            print("the sampler stopped early (the hypervolume did not grow for the --until-stall trials); the local "
+                  "search ran the remaining trials")
     if run.get("interrupted"):
         print(f"interrupted by {run['interrupted']}: {result['trials']} trials kept in {result['storage']}; the "
               f"batch being evaluated was not stored. Re-run the same command to finish this run ({run['told']} of "

@@ -165,8 +165,11 @@ class Schedule(Frozen):
                     raise UserInputError(f"--parallel: unknown module {head.strip()!r}; allowed: attn, moe, ffn")
                 target, scope = modules.setdefault(name, {}), name
             for item in filter(None, (s.strip() for s in segment.split(","))):
-                key, _, value = item.partition("=")
+                key, equals, value = item.partition("=")
                 key = key.strip().lower()
+                if not equals and key != "fsdp":
+                    raise UserInputError(f"--parallel: {item!r} needs the form name=value, e.g. tp=8 (only fsdp "
+                                         "stands alone)")
                 place = (scope if key in MODULE_DEGREES else "schedule", key)
                 if place in seen:
                     raise UserInputError(f"--parallel: {key} is given twice in {text.strip()!r} ({seen[place]!r} "

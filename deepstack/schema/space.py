@@ -13,13 +13,15 @@ from deepstack.schema.hardware import MAX_STACKED_LAYERS
 from deepstack.schema.scenario import Assumptions
 from deepstack.schema.schedule import Algorithm
 
+MAX_L1_BW_SCALE = 64.0  # an SRAM option's L1 bandwidth at most 64 × its chip's (a bound on input, not physics)
+
 
 class SramOption(Frozen):
     """An on-chip SRAM variant applied on top of a chip template (None keeps the template's value)."""
 
     name: str = Field(min_length=1)
     l1_KiB: float | None = Field(None, gt=0, le=1e5)
-    l1_bw_scale: float = Field(1.0, gt=0, le=64)
+    l1_bw_scale: float = Field(1.0, gt=0, le=MAX_L1_BW_SCALE)
     l2_MiB: float | None = Field(None, gt=0, le=1e5)
 
     def override(self) -> SramOption | None:

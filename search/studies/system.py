@@ -11,6 +11,7 @@ from deepstack.schema import build_scenario
 from deepstack.search.schedules import evaluate_schedules
 from deepstack.search.studies import StudyContext, figure, runner
 from deepstack.search.studies.common import point
+from deepstack.wording import per_rule
 
 
 @runner("strategy_histogram")
@@ -44,7 +45,8 @@ def strategy_histogram(ctx: StudyContext) -> None:
     best = ranked[0]["stps"] if ranked else 0.0
     within = sum(1 for r in rows if r["stps"] >= 0.9 * best)
     ctx.write_summary(
-        f"{len(rows)} feasible strategies of {base.devices} devices (pruned: {pruned}). The best reaches "
+        f"{len(rows)} feasible strategies of {base.devices} devices (pruned by rule: {per_rule(pruned) or 'none'}). "
+        "The best reaches "
         f"{best:,.0f} tokens/s; {within} ({within / max(len(rows), 1):.1%}) come within 10 % of it, and the median "
         f"reaches {np.median(stps) / best:.1%} of it — high-throughput schedules are rare, so the schedule must "
         "be searched together with the hardware.\n\n"

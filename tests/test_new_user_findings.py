@@ -1,0 +1,114 @@
+"""What a new user met in a first hour (a walkthrough of the README on 2026-12-07), one test each: a flag's error
+names that flag; a space whose stack heights no search evaluates is refused, not swept into nothing; an explicit
+schedule with an empty pipeline stage or an empty microbatch is refused; --pes cannot exceed what fits; a memory
+refusal suggests what can help on that machine; the schedule in a report's first line tells two runs apart; the
+Python API takes the command's keywords; counts read as counts; --until-stall says what it stopped."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from conftest import MINI8, assert_user_error, write_space
+
+import deepstack
+from deepstack.api import evaluation as api_evaluation
+from deepstack.cli.search import _optimize_summary
+from deepstack.errors import InfeasibleError
+
+LLAMA_1B = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard")
+
+
+def test_an_l1_bandwidth_out_of_range_is_refused_naming_its_own_flag(cli):
+    # the standard chip's L1 moves 256 B/cycle; an SRAM option may scale it up to 64×: 16,384 B/cycle
+    assert_user_error(cli(*LLAMA_1B, "--l1-bw-B-per-cycle", "1e9"), "--l1-bw-B-per-cycle: at most 16384 B/cycle")
+    assert cli(*LLAMA_1B, "--l1-bw-B-per-cycle", "16384", "--json").code == 0
+
+
+def test_a_space_whose_stacks_are_all_deeper_than_the_searches_go_is_refused(cli, tmp_path):
+    space = write_space(tmp_path / "deep.toml", chips=("standard",), hops=(1.0,), stacked=(12,), connected=(2,))
+    for args in (("validate", str(space)), ("sweep", "--mode", "exhaustive", "--space", str(space), "--out", "o")):
+        assert_user_error(cli(*args), "hardware.stacked_layers: no value ≤ 10 (got [12])")
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_explicit_schedule_with_an_empty_stage_or_microbatch_is_refused(cli):
+    # llama-3.2-1b has 16 layers; at batch 1 a decode replica holds one request, so one microbatch
+    on_tms1 = (*LLAMA_1B, "--noc", "tms1")
+    assert_user_error(cli(*on_tms1, "--batch", "4", "--parallel", "pp=256"),
+                      "--parallel: pp=256 but llama-3.2-1b has 16 layers")
+    assert_user_error(cli(*on_tms1, "--batch", "1", "--parallel", "tp=128,pp=2,microbatches=2"),
+                      "--parallel: microbatches=2 but each data replica serves 1 request in decode: at most 1")
+    assert cli(*on_tms1, "--batch", "1", "--parallel", "tp=128,pp=2,microbatches=1", "--json").code == 0
+    # a prefill microbatch may hold a slice of a prompt: more microbatches than requests is a schedule
+    assert cli(*on_tms1, "--phase", "prefill", "--batch", "1", "--parallel", "tp=128,pp=2,microbatches=2",
+               "--json").code == 0
+
+
+def test_more_pes_than_fit_are_refused(cli):
+    on_tms1 = (*LLAMA_1B, "--noc", "tms1", "--parallel", "tp=8,dp=32", "--batch", "64")
+    # the area model fits 8 PEs in a standard cluster at m = n = 4 on TMS1 (docs/model.md, Table 2's 8)
+    assert_user_error(cli(*on_tms1, "--pes", "9"), "--pes: at most 8 PEs fit standard's 100 mm²")
+    assert cli(*on_tms1, "--pes", "8", "--json").json()["hardware"]["pes_per_device"] == 8
+    assert_user_error(cli("evaluate", "--model", "llama-3.3-70b", "--system", "dgx-h100", "--parallel", "tp=8",
+                          "--pes", "133"), "--pes: at most the 132 PEs dgx-h100-gpu has")
+
+
+def test_a_memory_refusal_suggests_what_helps_on_that_machine():
+    def refusal(**where) -> str:
+        with pytest.raises(InfeasibleError) as caught:
+            api_evaluation.evaluate(model="llama-3.3-70b", batch=1, **where)
+        return str(caught.value)
+
+    assert refusal(chip="standard").endswith("shard the model over a network of devices (--noc)")
+    assert refusal(chip="standard", noc="tms1", parallel="dp=256").endswith(
+        "shard the model further (--parallel: TP, EP, PP), serve a smaller --batch or stack more DRAM layers")
+    assert refusal(system="dgx-h100", parallel="dp=8").endswith("or take a system with more memory")
+
+
+def test_the_first_line_names_microbatches_explicit_algorithms_and_scaled_links(cli):
+    out = cli("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--noc", "tms1", "--batch", "64",
+              "--parallel", "tp=8,dp=8,pp=4,microbatches=8,all_reduce=ring", "--hop-latency-scale", "2").out
+    first = " ".join(out.split("metrics")[0].split())  # the first line, however the console wraps it
+    assert "over tms1* (*: its hop latency or link bandwidths scaled)" in first
+    assert "(tp=8,dp=8,pp=4; 8 microbatches; all_reduce=ring): feasible" in first
+
+
+def test_a_degree_without_a_value_says_the_form_it_needs(cli):
+    assert_user_error(cli(*LLAMA_1B, "--noc", "tms1", "--parallel", "tp8"),
+                      "--parallel: 'tp8' needs the form name=value, e.g. tp=8")
+
+
+def test_the_python_api_takes_every_keyword_of_the_command():
+    command = set(inspect.signature(api_evaluation.evaluate).parameters)
+    assert command <= set(inspect.signature(deepstack.evaluate).parameters)
+    point = {"model": "llama-3.2-1b", "chip": "standard", "noc": "tms1", "parallel": "tp=8,dp=32", "batch": 64,
+             "hop_latency_scale": 2.0, "level_bw_scale": "0.5,1,1", "pes": 6, "assumptions": "paper",
+             "with_ttft": False}
+    assert deepstack.evaluate(**point).as_dict() == api_evaluation.evaluate(**point).as_dict()
+
+
+def test_the_no_schedule_fits_refusal_reads_as_counts_by_rule():
+    with pytest.raises(InfeasibleError) as caught:
+        api_evaluation.evaluate(model="deepseek-v3", chip="standard", noc=str(MINI8), batch=1)
+    message = str(caught.value)
+    assert message.startswith("no schedule of 8 devices fits: strategies pruned by rule ")
+    assert "{" not in message and "memory: 8.0 GiB per device" in message
+
+
+def _summary(capsys, **run) -> list[str]:
+    run = {"told": 40, "planned": 40, "resumed_from": 0, "refined": 0, "repaired": 1, "infeasible": 0,
+           "over_thermal_limit": 0, "hypervolume": 0.5, "seed": 0, "evaluations": 100, "stalled": False,
+           "interrupted": None, **run}
+    _optimize_summary({"run": run})
+    return capsys.readouterr().out.splitlines()
+
+
+def test_until_stall_says_whether_it_cut_the_run_short(capsys):
+    assert _summary(capsys, told=1)[0].startswith("this run: 1 trial told, 1 proposal repaired, 0 infeasible")
+    # the sampler stalled, then the local search ran the rest: every planned trial ran
+    assert _summary(capsys, stalled=True)[1] == ("the sampler stopped early (the hypervolume did not grow for the "
+                                                 "--until-stall trials); the local search ran the remaining trials")
+    assert _summary(capsys, stalled=True, told=28)[1] == ("stopped 12 trials early: the hypervolume did not grow "
+                                                          "for the --until-stall trials")
+    assert len(_summary(capsys)) == 1
