@@ -38,7 +38,7 @@ from deepstack.search import optimize as opt
 from deepstack.search.space import load_space, scenarios
 from deepstack.search.study_record import trial_solve
 from deepstack.search.sweep import sweep
-from deepstack.search.sweep.output import read_sweep
+from deepstack.search.sweep.output import read_sweep, sweep_points
 
 OBJECTIVES = ["stps", "tokens_per_joule"]
 GOAL_RATIO = 0.98
@@ -47,8 +47,9 @@ DEFAULT_WALL_SHARE = 0.05  # acceptance 2: ≤ 5 % of the sweep's wall time
 
 
 def _sweep_values(folder: str) -> np.ndarray:
-    _, rows = read_sweep(folder)
-    return np.array([[float(r[o]) for o in OBJECTIVES] for r in rows if r["feasible"] == "True"], dtype=float)
+    read_sweep(folder)  # a finished sweep folder, or one line saying why not
+    return np.array([[float(r[o]) for o in OBJECTIVES] for r in sweep_points(folder) if r["feasible"] == "True"],
+                    dtype=float)
 
 
 def ratio(points: np.ndarray, swept: np.ndarray) -> float:

@@ -22,7 +22,7 @@ from deepstack.errors import UserInputError
 from deepstack.search import pareto
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.study_record import code_of, trial_solve
-from deepstack.search.sweep.output import HARDWARE_COLUMNS, read_sweep
+from deepstack.search.sweep.output import HARDWARE_COLUMNS, read_sweep, sweep_points
 
 DESIGN_KEYS = (*HARDWARE_COLUMNS, "schedule", "fsdp")
 
@@ -148,13 +148,14 @@ def _row_seconds(summary: dict, rows: int) -> tuple[np.ndarray, bool]:
     return wall * np.arange(1, rows + 1) / max(rows, 1), False
 
 
-def sweep_side(summary: dict, rows: list[dict], objectives: list[str]) -> tuple[Side, bool]:
-    seconds, measured = _row_seconds(summary, len(rows))
-    order = np.argsort(seconds, kind="stable")
+def sweep_side(summary: dict, folder: str, objectives: list[str]) -> tuple[Side, bool]:
+    """The sweep's feasible points in the order they were evaluated, read from points.csv in two passes (the
+    objective values of every row, then the design keys of the front's rows only), so a sweep of millions of
+    evaluations is compared without holding its rows."""
     keys = [OBJECTIVES[o][0] for o in objectives]
-    values, evaluations, at, designs, hardware = [], [], [], [], []
-    for rank, i in enumerate(order, start=1):
-        row = rows[i]
+    values, feasible, rows = [], [], 0
+    for i, row in enumerate(sweep_points(folder)):
+        rows = i + 1
         if row["feasible"] != "True":
             continue
         try:
@@ -162,12 +163,23 @@ def sweep_side(summary: dict, rows: list[dict], objectives: list[str]) -> tuple[
         except KeyError as exc:
             raise UserInputError(f"--sweep: the sweep has no column {exc.args[0]!r} for an objective of the study "
                                  "(sweep again with that objective)") from None
-        evaluations.append(rank)
-        at.append(seconds[i])
-        designs.append(_key(row, DESIGN_KEYS))
-        hardware.append(_key(row, HARDWARE_COLUMNS))
-    side = Side(np.array(values, dtype=float).reshape(-1, len(objectives)), np.array(evaluations, dtype=float),
-                np.array(at, dtype=float), designs, hardware, len(rows), float(summary.get("wall_s") or 0.0))
+        feasible.append(i)
+    seconds, measured = _row_seconds(summary, rows)
+    rank = np.empty(rows, dtype=np.int64)
+    rank[np.argsort(seconds, kind="stable")] = np.arange(1, rows + 1)  # each row's place in evaluation order
+    index = np.array(feasible, dtype=np.int64)
+    by_rank = np.argsort(rank[index], kind="stable")
+    index, values = index[by_rank], np.array(values, dtype=float).reshape(-1, len(objectives))[by_rank]
+    on_front = set(index[pareto.nondominated_mask(values, objectives)].tolist()) if len(values) else set()
+    found: dict[int, tuple[str, str]] = {}
+    if on_front:
+        for i, row in enumerate(sweep_points(folder)):
+            if i in on_front:
+                found[i] = (_key(row, DESIGN_KEYS), _key(row, HARDWARE_COLUMNS))
+    designs = [found[i][0] if i in found else "" for i in index.tolist()]  # only the front's are ever read
+    hardware = [found[i][1] if i in found else "" for i in index.tolist()]
+    side = Side(values, rank[index].astype(float), seconds[index], designs, hardware, rows,
+                float(summary.get("wall_s") or 0.0))
     return side, measured
 
 
@@ -244,12 +256,12 @@ def _unique(side: Side, objectives: list[str]) -> tuple[int, int, int]:
 
 
 def compare(*, study: str, storage: str, sweep_dir: str) -> dict:
-    summary, rows = read_sweep(sweep_dir)
+    summary = read_sweep(sweep_dir)
     problem, trials = read_study(storage, study)
     check_same_problem(problem, summary, trials, study, sweep_dir)
     objectives = list(problem["objectives"])
     mine = study_side(trials, objectives)
-    theirs, measured = sweep_side(summary, rows, objectives)
+    theirs, measured = sweep_side(summary, sweep_dir, objectives)
     if not len(theirs.values):
         raise UserInputError(f"--sweep: {sweep_dir} has no feasible point")
     ideal, nadir = pareto.bounds(theirs.values, objectives)

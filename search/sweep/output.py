@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from deepstack.errors import UserInputError
@@ -20,7 +20,7 @@ from deepstack.search.sweep.chunks import rows_of
 from deepstack.search.sweep.points import HARDWARE_COLUMNS, METRIC_COLUMNS
 from deepstack.search.sweep.survivors import nondominated
 
-__all__ = ["HARDWARE_COLUMNS", "front", "read_sweep", "write"]
+__all__ = ["HARDWARE_COLUMNS", "front", "read_sweep", "sweep_points", "write"]
 
 
 def front(rows: list[dict], objectives: list[str]) -> list[dict]:
@@ -89,13 +89,23 @@ def write(result, chunk_files: list[Path], scenario: Scenario, space: DesignSpac
     (out / "pareto.json").write_text(json.dumps(finite(front_data), indent=2, default=str, allow_nan=False))
 
 
-def read_sweep(folder: str) -> tuple[dict, list[dict]]:
-    """summary.json and the evaluated points of a sweep folder (for ``compare``)."""
+def read_sweep(folder: str) -> dict:
+    """summary.json of a finished sweep folder (for ``compare``), refused (one line) when the folder is not one."""
     path = Path(folder)
     try:
         summary = json.loads((path / "summary.json").read_text())
         with open(path / "points.csv", newline="") as fh:
-            rows = list(csv.DictReader(fh))
+            fh.readline()
     except (OSError, ValueError) as exc:  # ValueError: not UTF-8 or not JSON
         raise UserInputError(f"--sweep: {folder} is not a finished sweep folder ({exc.__class__.__name__})") from None
-    return summary, rows
+    return summary
+
+
+def sweep_points(folder: str) -> Iterator[dict]:
+    """The rows of a finished sweep's points.csv (cells as text), one at a time: a sweep of millions of
+    evaluations is read without holding them."""
+    try:
+        with open(Path(folder) / "points.csv", newline="") as fh:
+            yield from csv.DictReader(fh)
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"--sweep: {folder}/points.csv cannot be read ({exc.__class__.__name__})") from None
