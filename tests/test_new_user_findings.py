@@ -112,3 +112,14 @@ def test_until_stall_says_whether_it_cut_the_run_short(capsys):
     assert _summary(capsys, stalled=True, told=28)[1] == ("stopped 12 trials early: the hypervolume did not grow "
                                                           "for the --until-stall trials")
     assert len(_summary(capsys)) == 1
+
+
+def test_a_given_schedule_the_search_would_skip_is_evaluated_with_a_note(cli):
+    # llama-3.2-1b has 32 attention heads: TP 256 does not divide them (a pruning rule); TP 8 does
+    on_tms1 = (*LLAMA_1B, "--noc", "tms1", "--batch", "4")
+    skipped = cli(*on_tms1, "--parallel", "tp=256")
+    assert skipped.code == 0 and ("note: the schedule search skips this schedule (tp=256 does not divide 32 "
+                                  "attention heads); it was evaluated as given") in skipped.out
+    assert cli(*on_tms1, "--parallel", "tp=256", "--json").json()["search"] == {
+        "schedule": "given", "search_would_skip": "tp=256 does not divide 32 attention heads"}
+    assert "search" not in cli(*LLAMA_1B, "--noc", "tms1", "--batch", "64", "--parallel", "tp=8,dp=32", "--json").json()

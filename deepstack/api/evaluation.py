@@ -15,7 +15,7 @@ from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate as run_evaluation
 from deepstack.models.hardware.device import resolve_device
 from deepstack.models.parallel.memory import feasible_strategies
-from deepstack.models.parallel.strategies import enumerate_strategies
+from deepstack.models.parallel.strategies import Strategy, enumerate_strategies, prune_reason
 from deepstack.models.results import Report
 from deepstack.schema import NetworkLevel, Schedule, SramOption, build_scenario, validate
 from deepstack.schema.space import MAX_L1_BW_SCALE
@@ -71,10 +71,22 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
         report = report.with_search(search.summary())
     else:
         report = run_evaluation(point, **options)
+        skipped = _search_skips(point) if parallel is not None else None
+        if skipped:
+            report = report.with_search({"schedule": "given", "search_would_skip": skipped})
     memory = [v for v in report.violations if v.startswith("memory")]
     if memory:
         raise InfeasibleError(f"{memory[0]}; {_memory_hint(system, network)}")
     return report
+
+
+def _search_skips(point: DesignPoint) -> str | None:
+    """Why the best-schedule search never considers the point's given (flat) schedule: the first pruning rule it
+    breaks (models/parallel/strategies.py), or None. Such a schedule is still evaluated as given."""
+    if point.schedule.is_per_module or point.devices == 1:
+        return None
+    reason = prune_reason(point.scenario, Strategy.from_schedule(point.schedule))
+    return reason[1] if reason else None
 
 
 def _memory_hint(system: str | None, network) -> str:

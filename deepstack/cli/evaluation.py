@@ -106,6 +106,10 @@ def _search_line(result: dict) -> None:
     search = result.get("search")
     if not search:
         return
+    if "search_would_skip" in search:  # a schedule given with --parallel that a pruning rule drops
+        report.console.print(f"note: the schedule search skips this schedule ({search['search_would_skip']}); it "
+                             "was evaluated as given", markup=False, highlight=False)
+        return
     pruned = search.get("pruned") or {}
     rules = per_rule(pruned)
     top = search.get("top") or []
