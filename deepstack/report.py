@@ -180,7 +180,13 @@ def evaluation(result: dict[str, Any]) -> None:
     util = ", ".join(f"{k} {v:.0%}" for k, v in b["utilization"].items())
     steps = b.get("engine_steps")
     span = f"over {steps:,} vLLM engine steps" if steps is not None else "per forward pass"
-    console.print(f"busiest device: {b['phase_time_s'] * 1e3:.3f} ms {span}; utilization {util}")
+    pp = result["schedule"]["pp"]
+    stage = ""
+    if steps is None and pp > 1 and b["stage_time_s"] > 0:  # the busiest stage runs once per pass of the pipeline
+        passes = round(b["phase_time_s"] / b["stage_time_s"])
+        stage = (f" (pipeline stage {b['bottleneck_stage'] + 1} of {pp}: {b['stage_time_s'] * 1e3:.3f} ms a pass × "
+                 f"{passes} passes, the operators' times below included)")
+    console.print(f"busiest device: {b['phase_time_s'] * 1e3:.3f} ms {span}{stage}; utilization {util}")
     rows = sorted(b["operators"], key=lambda r: -r["time_s"])
     table(f"operators ({span}, slowest first)", [
         {"layer": r["layer"], "operator": r["name"], "×": r["count"], "time_ms": r["time_s"] * 1e3,

@@ -123,3 +123,12 @@ def test_a_given_schedule_the_search_would_skip_is_evaluated_with_a_note(cli):
     assert cli(*on_tms1, "--parallel", "tp=256", "--json").json()["search"] == {
         "schedule": "given", "search_would_skip": "tp=256 does not divide 32 attention heads"}
     assert "search" not in cli(*LLAMA_1B, "--noc", "tms1", "--batch", "64", "--parallel", "tp=8,dp=32", "--json").json()
+
+
+def test_a_pipelines_operator_times_say_they_cover_every_pass_of_the_busiest_stage(cli):
+    # pp = 2 at batch 1: one request, one microbatch, but a token's step crosses both stages: two stage passes
+    out = cli(*LLAMA_1B, "--noc", "tms1", "--batch", "1", "--parallel", "tp=128,pp=2").out
+    line = next(line for line in out.splitlines() if line.startswith("busiest device:"))
+    assert "per forward pass (pipeline stage" in line and " of 2: " in line and "× 2 passes" in line
+    step_ms, stage_ms = float(line.split()[2]), float(line.split(": ")[2].split()[0])
+    assert step_ms == pytest.approx(2 * stage_ms, abs=0.002)
