@@ -132,3 +132,9 @@ def test_a_pipelines_operator_times_say_they_cover_every_pass_of_the_busiest_sta
     assert "per forward pass (pipeline stage" in line and " of 2: " in line and "× 2 passes" in line
     step_ms, stage_ms = float(line.split()[2]), float(line.split(": ")[2].split()[0])
     assert step_ms == pytest.approx(2 * stage_ms, abs=0.002)
+
+
+def test_a_kernel_reference_without_its_columns_names_the_missing_ones(cli, tmp_path):
+    (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+    assert_user_error(cli("accuracy", "kernels", "--reference", str(tmp_path / "bad.csv")),
+                      "has no column kernel, point_index, measured_time_ms")

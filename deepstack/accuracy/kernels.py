@@ -112,6 +112,10 @@ def read_reference(path: Path | None = None) -> list[dict[str, str]]:
     """The rows of the reference file, as strings, each checked to name a known kernel kind."""
     path = path or reference_path()
     rows = read_csv(path)
+    missing = [column for column in ("kernel", "point_index", "measured_time_ms") if rows and column not in rows[0]]
+    if missing:
+        raise UserInputError(f"reference file: {path} has no column {', '.join(missing)} (a kernel reference has the "
+                             "columns of validation/h100_kernels.csv)")
     for line, row in enumerate(rows, start=2):
         if (row.get("kernel") or "").split(" ")[0] not in KINDS:
             raise UserInputError(f"reference file: {path} line {line}: kernel must start with one of "
