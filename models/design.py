@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from deepstack.errors import UserInputError
 from deepstack.models import assumptions, memo
 from deepstack.models.hardware.device import DeviceSpec, resolve_device
+from deepstack.models.parallel.strategies import prune_pp_exceeds_layers
 from deepstack.schema import ChipArchitecture, Network, Scenario, Schedule, SramOption
 
 
@@ -106,10 +107,10 @@ def check_schedule(point: DesignPoint) -> None:
         )
     if point.network is None and (s.devices != s.attention.dp or s.ffn.devices != s.ffn.dp or s.pp > 1):
         raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")
-    model, scenario = point.scenario.model, point.scenario
-    if s.pp > model.layers:
-        raise UserInputError(f"--parallel: pp={s.pp} but {model.name} has {model.layers} layers: a pipeline stage "
-                             "would hold none")
+    scenario = point.scenario
+    empty_stages = prune_pp_exceeds_layers(scenario, s)  # a pruning rule the evaluation cannot run either
+    if empty_stages:
+        raise UserInputError(f"--parallel: {empty_stages} of {scenario.model.name}")
     if scenario.phase == "decode" and s.microbatches:
         requests = math.ceil(scenario.batch / s.attention.replicas)  # a decode microbatch holds whole requests
         if s.microbatches > requests:

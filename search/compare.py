@@ -30,7 +30,8 @@ DESIGN_KEYS = (*HARDWARE_COLUMNS, "schedule", "fsdp")
 @dataclass
 class Side:
     """One side's evaluated points in the order they were found: objective values (feasible points), each point's
-    cumulative evaluation count and seconds since the side started, its design key and hardware key."""
+    cumulative evaluation count and seconds since the side started, its design key and hardware key (a sweep's
+    side reads the keys of its front's points only: the others are empty)."""
 
     values: np.ndarray
     evaluations: np.ndarray

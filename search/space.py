@@ -62,10 +62,16 @@ def checked_space(space: DesignSpace, path: Path) -> DesignSpace:
     return space
 
 
+def searched(stacked_layers: int) -> bool:
+    """Whether a search evaluates a stack of this height (m ≤ 10: paper §4.2.3 prunes deeper stacks as
+    Pareto-dominated before any evaluation)."""
+    return stacked_layers <= MAX_USEFUL_LAYERS
+
+
 def searched_stackings(space: DesignSpace, where: str) -> list[int]:
     """The stack heights m a search of ``space`` evaluates: those ≤ 10 (§4.2.3); refused (naming ``where``) when
     there are none, which would leave every 3D chip of the space without a point."""
-    stacked = sorted({m for m in space.hardware.stacked_layers if m <= MAX_USEFUL_LAYERS})
+    stacked = sorted({m for m in space.hardware.stacked_layers if searched(m)})
     if not stacked:
         raise UserInputError(f"{where}: no value ≤ {MAX_USEFUL_LAYERS} (got {list(space.hardware.stacked_layers)}); "
                              f"searches skip deeper stacks (paper §4.2.3: they are Pareto-dominated)")
@@ -141,7 +147,7 @@ def stacking_pairs(space: DesignSpace, chip: ChipArchitecture, prune: bool = Tru
     hw = space.hardware
     pairs = []
     for m in hw.stacked_layers:
-        if prune and m > MAX_USEFUL_LAYERS:
+        if prune and not searched(m):
             continue
         ns = range(1, m + 1) if hw.connected_layers == "all" else [n for n in hw.connected_layers if n <= m]
         pairs.extend((m, n) for n in ns)

@@ -36,7 +36,7 @@ def test_an_explicit_schedule_with_an_empty_stage_or_microbatch_is_refused(cli):
     # llama-3.2-1b has 16 layers; at batch 1 a decode replica holds one request, so one microbatch
     on_tms1 = (*LLAMA_1B, "--noc", "tms1")
     assert_user_error(cli(*on_tms1, "--batch", "4", "--parallel", "pp=256"),
-                      "--parallel: pp=256 but llama-3.2-1b has 16 layers")
+                      "--parallel: pp=256 > 16 layers: empty pipeline stages of llama-3.2-1b")
     assert_user_error(cli(*on_tms1, "--batch", "1", "--parallel", "tp=128,pp=2,microbatches=2"),
                       "--parallel: microbatches=2 but each data replica serves 1 request in decode: at most 1")
     assert cli(*on_tms1, "--batch", "1", "--parallel", "tp=128,pp=2,microbatches=1", "--json").code == 0
@@ -107,8 +107,12 @@ def _summary(capsys, **run) -> list[str]:
 def test_until_stall_says_whether_it_cut_the_run_short(capsys):
     assert _summary(capsys, told=1)[0].startswith("this run: 1 trial told, 1 proposal repaired, 0 infeasible")
     # the sampler stalled, then the local search ran the rest: every planned trial ran
-    assert _summary(capsys, stalled=True)[1] == ("the sampler stopped early (the hypervolume did not grow for the "
-                                                 "--until-stall trials); the local search ran the remaining trials")
+    assert _summary(capsys, stalled=True, refined=12)[1] == (
+        "the sampler stopped early (the hypervolume did not grow for the --until-stall trials); the local search ran "
+        "the remaining trials")
+    # the stall came with the last batch, no local search: nothing was cut short
+    assert _summary(capsys, stalled=True)[1] == ("the hypervolume did not grow over the last --until-stall trials "
+                                                 "(every planned trial ran)")
     assert _summary(capsys, stalled=True, told=28)[1] == ("stopped 12 trials early: the hypervolume did not grow "
                                                           "for the --until-stall trials")
     assert len(_summary(capsys)) == 1

@@ -101,3 +101,16 @@ def test_a_plugin_is_part_of_the_code_so_results_stored_without_it_are_not_reuse
     again = _run(*sweep, path=installed, cwd=tmp_path)
     assert_user_error(CliResult(again.returncode, again.stdout, again.stderr), "--out:",
                       "evaluated by other code")
+
+
+def test_without_plugins_the_code_digest_is_the_packages_alone():
+    # results stored before plugins entered the digest stay current where no plugin is installed
+    import importlib
+
+    from deepstack.registry import plugin_names
+    from deepstack.search.studies.provenance import _PACKAGES, code_digest, digest_of
+
+    if plugin_names():
+        pytest.skip(f"plugins installed here: {', '.join(plugin_names())}")
+    assert code_digest() == digest_of({name: Path(importlib.import_module(name).__file__).parent
+                                       for name in _PACKAGES})

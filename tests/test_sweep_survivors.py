@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepstack.search.objectives import score
+from deepstack.search.sweep.chunks import ChunkLog, rows_of, run_tier
 from deepstack.search.sweep.output import HARDWARE_COLUMNS, front
 from deepstack.search.sweep.survivors import Survivors, summarise
 
@@ -44,22 +45,34 @@ def _best_in_one_pass(rows: list[dict]) -> list[dict]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(rows=rows_strategy, cuts=st.lists(st.integers(0, 60), max_size=8), prune_at=st.integers(1, 8),
-       finish_order=st.randoms())
-def test_chunk_summaries_merged_in_order_give_what_every_row_gives(rows, cuts, prune_at, finish_order):
+@given(rows=rows_strategy, cuts=st.lists(st.integers(0, 60), max_size=8), prune_at=st.integers(1, 8))
+def test_chunk_summaries_merged_in_order_give_what_every_row_gives(rows, cuts, prune_at):
     bounds = sorted({0, len(rows), *(c for c in cuts if c < len(rows))})
-    chunks = [rows[a:b] for a, b in itertools.pairwise(bounds)]
-    # workers finish chunks in any order; the summaries are merged in chunk order
-    summaries = dict.fromkeys(finish_order.sample(range(len(chunks)), len(chunks)))
-    for index in summaries:
-        summaries[index] = summarise(chunks[index], OBJECTIVES)
+    summaries = [summarise(rows[a:b], OBJECTIVES) for a, b in itertools.pairwise(bounds)]
     survivors = Survivors(OBJECTIVES, prune_at=prune_at)
-    for index in range(len(chunks)):
-        survivors.merge(summaries[index])
+    for summary in summaries:
+        survivors.merge(summary)
 
     assert front(survivors.candidates, OBJECTIVES) == front(rows, OBJECTIVES)
     assert survivors.ranked_best() == _best_in_one_pass(rows)
-    assert sum(s.rows for s in summaries.values()) == len(rows)
+    assert sum(s.rows for s in summaries) == len(rows)
+
+
+def test_a_tier_keeps_its_chunks_in_chunk_order_whatever_order_they_finish_in(tmp_path):
+    # an executor whose chunks finish last first (a worker may finish any chunk first): what run_tier returns,
+    # the timeline and the chunk files points.csv is written from are still in chunk order
+    log = ChunkLog(tmp_path, {"sweep": "s", "presets": "p", "code": "c"})
+    tasks = [f"point {i}" for i in range(5)]  # one hardware point per chunk below 64 of them
+
+    def last_first(evaluate, chunks, done):
+        for index, points in reversed(chunks):
+            rows = [{"point": p} for p in points]
+            done(index, (rows, "".join(json.dumps(r) + "\n" for r in rows)))
+
+    kept = run_tier("tier1", tasks, log, last_first, keep=lambda rows: [r["point"] for r in rows])
+    assert kept == [[p] for p in tasks]
+    assert [rows for _, rows, _ in log.timeline] == [1] * 5
+    assert [next(rows_of(path))["point"] for path in log.paths] == tasks
 
 
 def test_a_dominated_row_leaves_the_candidates_when_they_are_pruned():

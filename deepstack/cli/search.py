@@ -90,9 +90,11 @@ def _optimize_summary(result: dict) -> None:
         if left > 0:
             print(f"stopped {left} trial{'s' * (left != 1)} early: the hypervolume did not grow for the --until-stall "
                   "trials")
-        else:  # the stall ended the sampler's share; the local search ran the rest
+        elif run.get("refined"):  # the stall ended the sampler's share; the local search ran the rest
             print("the sampler stopped early (the hypervolume did not grow for the --until-stall trials); the local "
                   "search ran the remaining trials")
+        else:  # the stall came with the last batch: nothing was cut
+            print("the hypervolume did not grow over the last --until-stall trials (every planned trial ran)")
     if run.get("interrupted"):
         print(f"interrupted by {run['interrupted']}: {result['trials']} trials kept in {result['storage']}; the "
               f"batch being evaluated was not stored. Re-run the same command to finish this run ({run['told']} of "

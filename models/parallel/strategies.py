@@ -276,9 +276,10 @@ def prune_pp_exceeds_microbatches(scenario: Scenario, s: Strategy) -> str | None
     return None
 
 
-def prune_pp_exceeds_layers(scenario: Scenario, s: Strategy) -> str | None:
-    """More stages than layers leaves stages empty. Uneven stages are allowed (DeepSeek-V3's 61 layers are
-    prime): they are split as vLLM does (:func:`pipeline_stage_layers`) and costed on the largest."""
+def prune_pp_exceeds_layers(scenario: Scenario, s: Strategy | Schedule) -> str | None:
+    """More stages than layers leaves stages empty (an evaluation refuses such a schedule too). Uneven stages are
+    allowed (DeepSeek-V3's 61 layers are prime): they are split as vLLM does (:func:`pipeline_stage_layers`) and
+    costed on the largest."""
     if s.pp > scenario.model.layers:
         return f"pp={s.pp} > {scenario.model.layers} layers: empty pipeline stages"
     return None

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from deepstack import catalog
 from deepstack.errors import UserInputError
 from deepstack.models.design import DesignPoint
-from deepstack.models.hardware.device import resolve_device
 from deepstack.models.results import Report
 from deepstack.schema import build_scenario
 from deepstack.schema.hardware import MAX_STACKED_LAYERS
@@ -129,7 +128,7 @@ def evaluate_cell(cell: Cell) -> list[dict]:
     base = {"chip": cell.chip, "noc": design.network.name if design.network else "", "phase": cell.phase,
             "batch": cell.batch, "stacked_layers": cell.stacked_layers, "connected_layers": cell.connected_layers}
     try:
-        dev = resolve_device(design.chip, design.stacked_layers, design.connected_layers, design.network)
+        dev = design.device
     except UserInputError:
         return [{**base, "objective": objective, "status": NO_PE, "pes_per_device": 0}
                 for objective in cell.objectives]

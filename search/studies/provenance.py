@@ -51,7 +51,10 @@ def _plugin_code() -> dict[str, Path]:
     so the digest is then that of the package alone."""
     out = {}
     for point in entry_points(group=PLUGIN_GROUP):
-        spec = importlib.util.find_spec(point.value.split(":")[0].strip().split(".")[0])
+        module = point.value.split(":")[0].strip()
+        spec = importlib.util.find_spec(module.split(".")[0])  # the plugin's whole top-level package
+        if spec is not None and spec.origin is None:  # a namespace package: its portions are others' too
+            spec = importlib.util.find_spec(module)
         if spec is not None and spec.submodule_search_locations:
             out[f"plugin:{point.name}"] = Path(next(iter(spec.submodule_search_locations)))
         elif spec is not None and spec.origin:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from deepstack.models.design import DesignPoint
-from deepstack.models.hardware.device import resolve_device
 from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.schema import build_scenario
 from deepstack.search.schedules import evaluate_schedules
@@ -24,7 +23,7 @@ def strategy_histogram(ctx: StudyContext) -> None:
     m = ctx.param("stacked_layers", 4)
     n = ctx.param("connected_layers", m)
     base: DesignPoint = point(chip, sc, noc, m, n)
-    dev = resolve_device(base.chip, base.stacked_layers, base.connected_layers, base.network)
+    dev = base.device
     kept, pruned = feasible_strategies(sc, base.devices, dev.dram.capacity_B)
     limit = ctx.param("max_strategies", len(kept))
     strategies = kept[:limit]

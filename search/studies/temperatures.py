@@ -16,7 +16,6 @@ from deepstack.errors import UserInputError
 from deepstack.models import assumptions, dvfs
 from deepstack.models.assumptions import PAPER_AMBIENT_C
 from deepstack.models.design import DesignPoint
-from deepstack.models.hardware.device import resolve_device
 from deepstack.models.results import Report
 from deepstack.schema import build_scenario
 from deepstack.search import executor
@@ -80,7 +79,7 @@ def evaluate_thermal_cell(task: ThermalCell) -> list[dict]:
                 "stacked_layers": c.stacked_layers,
                 "connected_layers": c.connected_layers, "objective": c.objectives[0]}
         try:
-            dev = resolve_device(design.chip, design.stacked_layers, design.connected_layers, design.network)
+            dev = design.device
         except UserInputError:
             rows.append({**base, "status": NO_PE, "pes_per_device": 0})
             continue
