@@ -14,7 +14,6 @@ from pathlib import Path
 from deepstack.errors import UserInputError
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate
-from deepstack.models.hardware.device import resolve_device
 from deepstack.models.parallel.memory import feasible_strategies, fits
 from deepstack.models.parallel.strategies import PRUNING_RULES, Strategy, divisors
 from deepstack.models.reporting import GiB
@@ -224,8 +223,7 @@ def search_point(task: PointTask) -> PointResult:
     result = PointResult(hw)
     base = hw.design(sc)
     try:
-        dev = resolve_device(base.chip, base.stacked_layers, base.connected_layers, base.network, base.sram,
-                             base.noc_bw_scale)
+        dev = base.device
     except UserInputError as exc:  # e.g. no PE fits the area budget at this stacking and NoC
         result.status = f"area: {exc}"
         return result
