@@ -94,8 +94,10 @@ def test_signal_ends_optimize_cleanly_and_the_same_command_finishes_the_run(tmp_
     name = signal.Signals(sig).name
     kept = len(_trials(tmp_path, "i"))
     assert 8 <= kept < 60
-    assert f"interrupted by {name}: {kept} trials kept" in done.stdout, done.stdout
-    assert f"{kept} of its 60 trials are done" in done.stdout and "Re-run the same command" in done.stdout
+    # the notice on stderr, one line, as a sweep's; the front on stdout
+    assert f"deepstack: interrupted by {name}: {kept} trials kept" in done.stderr, done.stderr[-3000:]
+    assert f"{kept} of its 60 trials are done" in done.stderr and "Re-run the same command" in done.stderr
+    assert "interrupted by" not in done.stdout
     assert "Pareto front" in done.stdout  # the front of what was kept is still printed and written
     assert (tmp_path / "i.pareto.csv").is_file()
     # the sampler ran on an in-memory mirror: the stored study never holds a RUNNING or queued trial

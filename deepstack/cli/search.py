@@ -96,10 +96,11 @@ def _optimize_summary(result: dict) -> None:
         else:  # the stall came with the last batch: nothing was cut
             print("the hypervolume did not grow over the last --until-stall trials (every planned trial ran)")
     if run.get("interrupted"):
-        print(f"interrupted by {run['interrupted']}: {result['trials']} trials kept in {result['storage']}; the "
-              f"batch being evaluated was not stored. Re-run the same command to finish this run ({run['told']} of "
-              f"its {run['planned']} trials are done): it proposes that batch again and ends as an uninterrupted "
-              "run would")
+        # on stderr like every other interrupt notice, so a piped front stays only the front
+        print(f"deepstack: interrupted by {run['interrupted']}: {result['trials']} trials kept in "
+              f"{result['storage']}; the batch being evaluated was not stored. Re-run the same command to finish this "
+              f"run ({run['told']} of its {run['planned']} trials are done): it proposes that batch again and ends as "
+              "an uninterrupted run would", file=sys.stderr)
 
 
 @with_space_scenario
