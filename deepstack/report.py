@@ -166,7 +166,11 @@ def evaluation(result: dict[str, Any]) -> None:
     for violation in result["violations"]:
         console.print(f"  [red]✗[/red] {violation}")
     running = sc.get("running_batch")
-    if running is not None:
+    if running is not None and sc["phase"] == "prefill":
+        console.print(f"  [yellow]![/yellow] KV cache: {running:,} of the {sc['batch']:,} requests fit at once; vLLM "
+                      f"prefills the other {sc['batch'] - running:,} as places free up (the metrics cover the whole "
+                      "batch)")
+    elif running is not None:
         console.print(f"  [yellow]![/yellow] KV cache: {running:,} of the {sc['batch']:,} requests fit; vLLM runs "
                       f"{running:,} at a time and the other {sc['batch'] - running:,} wait (the metrics are those "
                       "of the running requests)")

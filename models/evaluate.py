@@ -21,7 +21,7 @@ from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_schedule
 from deepstack.models.gpu import gpu_phase
 from deepstack.models.gpu import power as gpu_power
-from deepstack.models.gpu.admission import admitted_batch, resident
+from deepstack.models.gpu.admission import admitted_batch, prefill_in_waves, resident, wave_footprint
 from deepstack.models.gpu.prefill import SteadyCycle, Wave, prefill_wave, steady_state
 from deepstack.models.hardware.device import timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
@@ -84,11 +84,15 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         running = admitted_batch(scenario, point.schedule, usable)
         if 0 < running < asked_batch:
             scenario = scenario.model_copy(update={"batch": running})
-    scenario = budgeted(scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
+    places = None  # a GPU prefill whose batch does not fit: the requests it holds at once, the others waiting
+    if point.chip.gpu is not None and scenario.phase == "prefill":
+        scenario, places = prefill_in_waves(scenario, point.schedule, timed_on.dram.capacity_B)
+    else:
+        scenario = budgeted(scenario, point.schedule, timed_on)  # the prefill budget settled for this schedule
     coefficients = power_model.coefficients(timed_on)
     devices = point.devices
     noc_J_per_B = dvfs.noc_J_per_B(point.network)
-    main = _on_device(point, timed_on, scenario, overlap)
+    main = _on_device(point, timed_on, scenario, overlap, places)
     scale, step_s, power_w = dvfs.clock_scale(main, dev, coefficients, noc_J_per_B, devices)
     if isinstance(main, SteadyCycle) and with_ttft:  # a newcomer's first token at a server's steady state
         ttft_s = main.ttft(scale)
@@ -117,7 +121,10 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     ambient_c = point.judged_ambient_c
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
-    memory = memory_footprint(resident(scenario) if dev.gpu else scenario, s)
+    if places:
+        memory = wave_footprint(scenario, s, places)
+    else:
+        memory = memory_footprint(resident(scenario) if dev.gpu else scenario, s)
     violations = []
     if memory.total_B > usable:
         violations.append(
@@ -133,14 +140,17 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         hardware=_judged_at(hardware_summary(point.chip, point.network, point.stacked_layers, point.connected_layers,
                                              point.sram, point.noc_bw_scale, devices), ambient_c),
         schedule=schedule_summary(s, devices, main.microbatches),
-        scenario=_summary(scenario, asked_batch),
+        scenario=_summary(scenario, asked_batch, places),
         breakdown=reporting.breakdown(main, dev, scale, step_s, power_w, temperature, memory, coefficients,
                                       noc_J_per_B, devices, point.network) if breakdown else None,
     )
 
 
-def _summary(scenario, asked_batch: int):
-    """The scenario as asked, with the requests that ran at once when fewer than asked fit (GPU decode)."""
+def _summary(scenario, asked_batch: int, places: int | None):
+    """The scenario as asked, with the requests that ran at once when fewer than asked fit (a GPU decode runs
+    only those; a GPU prefill runs them all, that many at a time)."""
+    if places:
+        return scenario_summary(scenario, running_batch=places)
     if scenario.batch == asked_batch:
         return scenario_summary(scenario)
     return scenario_summary(scenario.model_copy(update={"batch": asked_batch}), running_batch=scenario.batch)
@@ -167,7 +177,7 @@ def idle_devices(schedule: Schedule, batch: int, devices: int) -> int:
     return (copies - min(copies, batch)) * (devices // copies)
 
 
-def _on_device(point: DesignPoint, dev, scenario, overlap: bool):
+def _on_device(point: DesignPoint, dev, scenario, overlap: bool, places: int | None = None):
     """The phase as the device runs it. On a real GPU (a chip with a ``gpu`` table; docs/model.md §GPU execution)
     a decode step is serialised and pays the GPU's execution terms, and a prefill is the wave of vLLM steps that
     serves the batch (:func:`~deepstack.models.gpu.prefill.prefill_wave`), each step timed so; a decode at a
@@ -177,7 +187,7 @@ def _on_device(point: DesignPoint, dev, scenario, overlap: bool):
         phase = run_phase(point, dev, scenario)
         return phase if overlap else serialised(phase, point.schedule, dev, scenario)
     if scenario.phase == "prefill":
-        return prefill_wave(point, dev, scenario, lambda step: _gpu_step(point, dev, step))
+        return prefill_wave(point, dev, scenario, lambda step: _gpu_step(point, dev, step), places)
     if scenario.steady_state:
         return steady_state(point, dev, scenario, lambda step: _gpu_step(point, dev, step))
     return _gpu_step(point, dev, scenario)

@@ -130,7 +130,8 @@ class ScenarioSummary(Record):
     precision: str
     prefill_chunk_tokens: int | None = None  # prefill tokens per step of a data replica the schedule ran with
     # requests running at once when fewer than ``batch`` fit their KV cache (a GPU's vLLM admits only those; the
-    # others wait): the step, STPS, UTPS and power are theirs. None (key absent): the whole batch runs
+    # others wait): in decode the step, STPS, UTPS and power are theirs; in prefill the others take the places
+    # that free up and the metrics cover the whole batch. None (key absent): the whole batch runs at once
     running_batch: int | None = None
 
     def _keys(self) -> tuple[str, ...]:

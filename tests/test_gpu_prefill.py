@@ -104,9 +104,9 @@ def test_prefill_kernels_replace_the_decode_attention():
     assert step_kernels(dsv3, {"moe": 1}, True) == Kernels(21 + 19 + 12, 34 + 27 + 12, 6 + 6, 93 + 62 + 15)
 
 
-def _point(scenario: Scenario) -> tuple[DesignPoint, object]:
-    point = DesignPoint(chip=B200.architecture, scenario=scenario, schedule=Schedule.parse("tp=8"),
-                        network=B200.network)
+def _point(scenario: Scenario, system=B200) -> tuple[DesignPoint, object]:
+    point = DesignPoint(chip=system.architecture, scenario=scenario, schedule=Schedule.parse("tp=8"),
+                        network=system.network)
     dev = timing_device_of(point)
     return point, dev
 
@@ -349,3 +349,57 @@ def test_a_long_prompts_last_slice_is_timed_as_its_own_tokens():
     # one slice per step (the wave keeps one of the chunked prefill's slices): 8,192 tokens, then ~1,808
     slow, fast = (_gpu_step(point, dev, step_scenario(r, scenario, 512, 1)).nominal_stage_s for r in (full, last))
     assert fast < 0.5 * slow
+
+
+H100 = load("systems", "dgx-h100")
+LLAMA_8K = Scenario(model="llama-3.3-70b", phase="prefill", batch=512, input_len=8192, output_len=1)
+
+
+def test_a_prefill_batch_whose_kv_does_not_fit_runs_the_requests_that_fit_at_once():
+    # Llama-3.3-70B on 8 H100s, TP8: 512 prompts of 8,192 tokens hold 512 × 8,193 × 40,960 B ≈ 160 GiB of KV per
+    # GPU (1 KV head of 128 × (K, V) × 2 B per layer, 80 layers) beside ~16 GiB of weights in 72 GiB usable.
+    # vLLM admits as many as fit and the others wait for places (refused as infeasible before)
+    from deepstack.models.gpu.admission import prefill_in_waves, wave_footprint
+    from deepstack.models.parallel.memory import usable_capacity_B
+
+    tp8 = Schedule.parse("tp=8")
+    capacity_B = timing_device_of(_point(LLAMA_8K, H100)[0]).dram.capacity_B
+    waved, places = prefill_in_waves(LLAMA_8K, tp8, capacity_B)
+    # the budget stays vLLM's default: fewer requests, not smaller steps
+    assert waved.prefill_chunk_tokens == 8192 and 100 < places < 512
+    kv_B = [wave_footprint(waved, tp8, n).kv_cache_B for n in (places, places + 1)]
+    assert kv_B[0] == places * 8193 * 80 * 512
+    fits = [wave_footprint(waved, tp8, n).total_B <= usable_capacity_B(capacity_B) for n in (places, places + 1)]
+    assert fits == [True, False]
+
+    report = evaluate(_point(LLAMA_8K, H100)[0], breakdown=False)
+    assert report.feasible and report.scenario.running_batch == places and report.scenario.batch == 512
+    assert report.metrics.memory_gib * 2**30 <= usable_capacity_B(capacity_B)
+    # every request is served: the throughput is that of a batch that fits (it saturates), the last first token
+    # comes about 512 / places times as late
+    fitting = evaluate(_point(LLAMA_8K.model_copy(update={"batch": places}), H100)[0], breakdown=False)
+    assert "running_batch" not in fitting.scenario.as_dict()
+    assert report.metrics.stps == pytest.approx(fitting.metrics.stps, rel=0.03)
+    assert report.metrics.ttft_s == pytest.approx(fitting.metrics.ttft_s * 512 / places, rel=0.05)
+
+
+def test_a_prefill_batch_that_fits_keeps_its_wave_and_one_that_cannot_start_is_refused():
+    from deepstack.models.gpu.admission import prefill_in_waves
+    from deepstack.models.parallel.prefill_budget import with_prefill_budget
+
+    tp8 = Schedule.parse("tp=8")
+    capacity_B = timing_device_of(_point(LLAMA_8K, H100)[0]).dram.capacity_B
+    fitting = LLAMA_8K.model_copy(update={"batch": 64})
+    assert prefill_in_waves(fitting, tp8, capacity_B) == (with_prefill_budget(fitting, tp8, capacity_B), None)
+    # one prompt of 1.5 M tokens needs ~57 GiB of KV per GPU beside the weights and a step: not even one fits
+    alone = LLAMA_8K.model_copy(update={"batch": 4, "input_len": 1_500_000})
+    assert prefill_in_waves(alone, tp8, capacity_B)[1] is None
+    assert not evaluate(_point(alone, H100)[0], breakdown=False).feasible
+
+
+def test_cli_says_a_prefill_runs_its_requests_as_places_free_up(cli):
+    done = cli("evaluate", "--system", "dgx-h100", "--model", "llama-3.3-70b", "--parallel", "tp=8", "--phase",
+               "prefill", "--batch", "512", "--input-len", "8192", "--output-len", "1")
+    assert done.code == 0, done.err
+    assert "175 of the 512 requests fit at once; vLLM prefills the other 337" in done.out
+    assert "the metrics cover the whole batch" in done.out

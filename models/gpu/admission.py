@@ -9,14 +9,17 @@ that of the running batch. The running requests are counted here with the memory
 their generation (weights + KV cache of input + output tokens + one step's activations within the usable 90 %), so
 no running request is ever preempted for want of blocks. At a server's steady state (``scenario.steady_state``)
 the running requests are staggered over their generation, each replaced when it ends, so together they hold on
-average the KV cache of input + output / 2 tokens each (:func:`resident`).
+average the KV cache of input + output / 2 tokens each (:func:`resident`). A prefill whose batch does not fit
+runs them all, as many at once as fit, the others taking the places that free up (:func:`prefill_in_waves`).
 """
 
 from __future__ import annotations
 
 import math
 
-from deepstack.models.parallel.memory import memory_footprint
+from deepstack.models.parallel.chunks import choose_budget
+from deepstack.models.parallel.memory import MemoryFootprint, memory_footprint, usable_capacity_B
+from deepstack.models.parallel.prefill_budget import with_prefill_budget
 
 
 def resident(scenario):
@@ -29,16 +32,53 @@ def resident(scenario):
 
 def admitted_batch(scenario, schedule, usable_B: float) -> int:
     """The largest number of the scenario's requests (at most ``scenario.batch``) whose footprint fits in
-    ``usable_B`` bytes per device; 0 when not even one does. The footprint grows with the batch, so a bisection
-    finds it."""
+    ``usable_B`` bytes per device; 0 when not even one does."""
     held = resident(scenario)
+    return _largest(scenario.batch,
+                    lambda batch: memory_footprint(held.model_copy(update={"batch": batch}), schedule).total_B
+                    <= usable_B)
 
-    def fits(batch: int) -> bool:
-        return memory_footprint(held.model_copy(update={"batch": batch}), schedule).total_B <= usable_B
 
-    if fits(scenario.batch):
-        return scenario.batch
-    low, high = 0, scenario.batch  # fits(low) or low == 0; not fits(high)
+def prefill_in_waves(scenario, schedule, capacity_B: float):
+    """A GPU prefill of ``scenario`` with its token budget (:func:`~.prefill_budget.with_prefill_budget`), and the
+    requests it holds at once (over its data replicas) when its whole batch does not fit (docs/model.md §GPU
+    prefill): vLLM then admits only the requests whose KV cache has room and the others wait for places, so no
+    budget is halved for them; the budget is vLLM's default unless not even one request's generation fits beside
+    a step's activations (then halved as for any prefill), and the places the most requests whose
+    :func:`wave_footprint` fits. Places None: the batch fits the memory check's prefill footprint (the wave runs
+    as it always has) or not even one request does (the memory check refuses the point)."""
+    budgeted = with_prefill_budget(scenario, schedule, capacity_B)
+    usable_B = usable_capacity_B(capacity_B)
+    if memory_footprint(budgeted, schedule).total_B <= usable_B:
+        return budgeted, None
+
+    def with_budget(budget: int):
+        return scenario.model_copy(update={"prefill_chunk_tokens": budget})
+
+    budget = choose_budget(scenario, capacity_B,
+                           lambda b: wave_footprint(with_budget(b), schedule, 1).total_B <= usable_B)
+    waved = with_budget(budget)
+    places = _largest(scenario.batch, lambda batch: wave_footprint(waved, schedule, batch).total_B <= usable_B)
+    return (waved, places) if places else (budgeted, None)
+
+
+def wave_footprint(scenario, schedule, places: int) -> MemoryFootprint:
+    """The peak of a prefill wave holding at most ``places`` requests at once: the weights, the KV cache of
+    ``places`` requests at the end of their generation (a request keeps its place until its last token), and the
+    larger of a prefill step's and a decode step's activations."""
+    held = scenario.model_copy(update={"batch": places})
+    decode = memory_footprint(held.model_copy(update={"phase": "decode", "steady_state": False}), schedule)
+    prefill = memory_footprint(held, schedule)
+    return MemoryFootprint(decode.weights_B, decode.kv_cache_B, max(decode.activations_B, prefill.activations_B),
+                           decode.stage)
+
+
+def _largest(batch: int, fits) -> int:
+    """The largest b ≤ ``batch`` with ``fits(b)`` (0 when not even one fits); a footprint grows with the batch, so
+    a bisection finds it."""
+    if fits(batch):
+        return batch
+    low, high = 0, batch  # fits(low) or low == 0; not fits(high)
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fits(mid) else (low, mid)

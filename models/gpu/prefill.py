@@ -77,15 +77,18 @@ class Wave(EngineSteps):
         return sum(n * self.prompt / t for t, n in pairs) / sum(n for _, n in pairs)
 
 
-def prefill_wave(point, dev, scenario, step_phase) -> Wave:
+def prefill_wave(point, dev, scenario, step_phase, places: int | None = None) -> Wave:
     """The prefill of ``scenario`` (its batch on each data replica of the schedule, its token budget) as vLLM
-    runs it; ``step_phase(scenario)`` times one step of a scenario on the GPU (memoised)."""
-    key = HashedTuple((point, scenario))
+    runs it; ``step_phase(scenario)`` times one step of a scenario on the GPU (memoised). ``places``: the
+    requests the replicas hold at once when the KV cache has room for fewer than ``max_num_seqs`` each
+    (:func:`~.admission.prefill_places`; None: ``max_num_seqs``)."""
+    key = HashedTuple((point, scenario, places))
     found = _WAVES.lookup(key)
     if found is None:
-        requests = math.ceil(scenario.batch / point.schedule.attention.replicas)  # each data replica is an engine
-        runs = wave(requests, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens,
-                    VLLM_MAX_NUM_SEQS)
+        engines = point.schedule.attention.replicas  # each data replica is an engine
+        requests = math.ceil(scenario.batch / engines)
+        held = VLLM_MAX_NUM_SEQS if places is None else min(VLLM_MAX_NUM_SEQS, math.ceil(places / engines))
+        runs = wave(requests, scenario.input_len, scenario.output_len, scenario.prefill_chunk_tokens, held)
         steps, rows = _timed(point, scenario, runs, step_phase)
         found = Wave(rows, 1, 1, 0, steps=steps, prompt=scenario.input_len)
         _WAVES.put(key, found)
