@@ -56,18 +56,20 @@ class PointSchedule:
 
 
 def point_schedules(scenario: Scenario, strategies: Iterable[Strategy], capacity_B: float,
-                    per_module: bool = True) -> list[PointSchedule]:
+                    per_module: bool = True, memory_batch: int | None = None) -> list[PointSchedule]:
     """The schedules one hardware point is searched over, the one list behind the best-schedule search, the
     sweeps, ``optimize``'s trials and the studies' flat family: every strategy given (those that survived the
     pruning rules and the memory check), then, with ``per_module`` and a MoE model, each one's vLLM form that
     fits: the MoE block's TP folded into EP (:func:`~deepstack.models.parallel.strategies.expert_folded`) where
-    that differs from the flat strategy."""
+    that differs from the flat strategy. ``memory_batch``: the requests the memory check counts (None: the
+    scenario's batch; :func:`~deepstack.models.parallel.memory.feasible_strategies`)."""
     strategies = tuple(strategies)
+    held = scenario if memory_batch is None else scenario.model_copy(update={"batch": memory_batch})
     out = [PointSchedule(s.label, s.fsdp, s.to_schedule()) for s in strategies]
     if per_module:
         folded = (expert_folded(scenario, strategy) for strategy in strategies)
         out += [PointSchedule(str(f), f.fsdp, f, folded=True)
-                for f in folded if f is not None and fits(scenario, f, capacity_B)]
+                for f in folded if f is not None and fits(held, f, capacity_B)]
     return out
 
 
@@ -99,13 +101,16 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     (thermally feasible ones first) with the search statistics. Raises InfeasibleError if none fits."""
     devices = point.devices
     dev = point.device
-    kept, pruned = feasible_strategies(point.scenario, devices, dev.dram.capacity_B)
+    # a GPU runs a batch whose KV cache does not fit as many requests at a time as fit (models/gpu/admission.py):
+    # a schedule is out only when not even one request fits
+    memory_batch = 1 if dev.gpu else None
+    kept, pruned = feasible_strategies(point.scenario, devices, dev.dram.capacity_B, memory_batch=memory_batch)
     if not kept:
         raise InfeasibleError(
             f"no schedule of {counted(devices, 'device')} fits: strategies pruned by rule {per_rule(pruned) or 'none'} "
             f"(memory: {dev.dram.capacity_B / 2**30:.1f} GiB per device)"
         )
-    candidates = point_schedules(point.scenario, kept, dev.dram.capacity_B)
+    candidates = point_schedules(point.scenario, kept, dev.dram.capacity_B, memory_batch=memory_batch)
     schedules = [c.schedule.model_copy(update={"collectives": point.schedule.collectives}) for c in candidates]
     evaluated = [(report, candidate) for candidate, report in evaluate_schedules(point, schedules)]
     evaluated.sort(key=lambda item: (item[0].feasible, score(item[0].metrics, objective)), reverse=True)

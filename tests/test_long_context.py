@@ -155,12 +155,33 @@ def test_a_batch_whose_kv_does_not_fit_runs_the_requests_that_fit():
     assert report.metrics.stps == alone.metrics.stps and "running_batch" not in alone.scenario.as_dict()
 
 
+def test_the_best_schedule_search_keeps_a_gpu_schedule_that_holds_one_request():
+    # Llama-3.3-70B at 32k prompts, 256 requests on 8 H100s: no schedule holds them all (the search refused the
+    # point, "no schedule of 8 devices fits"), but vLLM runs those that fit, so the search must rank schedules by
+    # what they run; TP8 holds the most (one KV head a GPU) and wins
+    report = evaluate(model="llama-3.3-70b", system="dgx-h100", batch=256, input_len=32768, with_ttft=False,
+                      breakdown=False)
+    assert report.feasible and report.schedule["text"] == "tp=8" and 0 < report.scenario.running_batch < 256
+    pinned = evaluate(model="llama-3.3-70b", system="dgx-h100", parallel="tp=8", batch=256, input_len=32768,
+                      with_ttft=False, breakdown=False)
+    assert report.metrics.stps == pinned.metrics.stps
+
+
 def test_a_3d_chip_still_reports_a_batch_that_does_not_fit_as_infeasible():
+    from pathlib import Path
+
     from deepstack.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError, match="memory"):
         evaluate(model="deepseek-v3", chip="wgmma", noc="tms1", batch=1024, parallel="tp=4,ep=32,dp=2",
                  with_ttft=False, breakdown=False)
+    # and its best-schedule search counts the whole batch: schedules that hold one request but not all are out
+    mini8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
+    point = {"model": "llama-3.2-1b", "chip": "standard", "noc": str(mini8), "input_len": 32768, "with_ttft": False,
+             "breakdown": False}
+    assert evaluate(**point, batch=1).feasible
+    with pytest.raises(InfeasibleError, match="no schedule of 8 devices fits"):
+        evaluate(**point, batch=4096)
 
 
 @pytest.mark.parametrize("system", names("systems"))

@@ -367,16 +367,17 @@ def fits(scenario: Scenario, plan: Strategy | Schedule, capacity_B: float, reser
 
 @memo.cached(maxsize=64)  # (scenario, N, capacity) triples: one search touches a few
 def _feasible(
-    scenario: Scenario, n: int, capacity_B: float | None, reserve: float
+    scenario: Scenario, n: int, capacity_B: float | None, reserve: float, memory_batch: int | None
 ) -> tuple[tuple[Strategy, ...], tuple[tuple[str, int], ...]]:
     limit = None if capacity_B is None else usable_capacity_B(capacity_B, reserve)
+    held = scenario if memory_batch is None else scenario.model_copy(update={"batch": memory_batch})
     kept: list[Strategy] = []
     dropped = dict.fromkeys([name for name, _ in PRUNING_RULES] + [MEMORY_RULE], 0)
     for strategy in enumerate_strategies(n):
         pruned = prune_reason(scenario, strategy)
         if pruned is not None:
             dropped[pruned[0]] += 1
-        elif limit is not None and _smallest_footprint(scenario, _layout(strategy, scenario.phase)).total_B > limit:
+        elif limit is not None and _smallest_footprint(held, _layout(strategy, scenario.phase)).total_B > limit:
             dropped[MEMORY_RULE] += 1
         else:
             kept.append(strategy)
@@ -384,7 +385,8 @@ def _feasible(
 
 
 def feasible_strategies(
-    scenario: Scenario, n: int, capacity_B: float | None, reserve: float = MEMORY_RESERVE
+    scenario: Scenario, n: int, capacity_B: float | None, reserve: float = MEMORY_RESERVE,
+    memory_batch: int | None = None,
 ) -> tuple[tuple[Strategy, ...], dict[str, int]]:
     """The strategies on ``n`` devices that survive every pruning rule and, if given a capacity, fit in DRAM
     (:func:`fits`: a prefill without a budget of its own fits under some automatic budget).
@@ -394,13 +396,15 @@ def feasible_strategies(
         n: Number of devices.
         capacity_B: DRAM per device in bytes, or None to apply the rules only.
         reserve: Fraction of DRAM kept free (default 10 %).
+        memory_batch: The requests the memory check counts (None: the scenario's batch); a GPU's vLLM runs a
+            batch whose KV cache does not fit a place at a time, so one request is what it must hold.
 
     Returns:
         (kept strategies in enumeration order, {rule name: strategies it dropped}); each dropped strategy is
         counted once, under the first rule of :data:`PRUNING_RULES` that fires, or under ``"memory"``.
         Rules that dropped nothing are left out.
     """
-    kept, dropped = _feasible(scenario, n, capacity_B, reserve)
+    kept, dropped = _feasible(scenario, n, capacity_B, reserve, memory_batch)
     return kept, dict(dropped)
 
 
