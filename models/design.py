@@ -111,9 +111,16 @@ def check_schedule(point: DesignPoint) -> None:
     empty_stages = prune_pp_exceeds_layers(scenario, s)  # a pruning rule the evaluation cannot run either
     if empty_stages:
         raise UserInputError(f"--parallel: {empty_stages} of {scenario.model.name}")
+    check_microbatches(s, scenario)
+
+
+def check_microbatches(s, scenario, admitted: bool = False) -> None:
+    """Reject a decode whose explicit PP microbatches outnumber the requests a data replica serves (``admitted``:
+    those a GPU's KV cache admits), one line."""
     if scenario.phase == "decode" and s.microbatches:
         requests = math.ceil(scenario.batch / s.attention.replicas)  # a decode microbatch holds whole requests
         if s.microbatches > requests:
-            raise UserInputError(f"--parallel: microbatches={s.microbatches} but each data replica serves {requests} "
-                                 f"request{'s' * (requests != 1)} in decode: at most {requests} (an empty "
-                                 "microbatch would serve no one)")
+            serves = f"runs {requests} at once (those whose KV cache fits)" if admitted else (
+                f"serves {requests} request{'s' * (requests != 1)}")
+            raise UserInputError(f"--parallel: microbatches={s.microbatches} but each data replica {serves} in "
+                                 f"decode: at most {requests} (an empty microbatch would serve no one)")

@@ -18,7 +18,7 @@ import statistics
 
 from deepstack.models import assumptions, dvfs, reporting, thermal
 from deepstack.models import power as power_model
-from deepstack.models.design import DesignPoint, check_schedule
+from deepstack.models.design import DesignPoint, check_microbatches, check_schedule
 from deepstack.models.gpu import gpu_phase
 from deepstack.models.gpu import power as gpu_power
 from deepstack.models.gpu.admission import admitted_batch, prefill_in_waves, resident, wave_footprint
@@ -84,6 +84,7 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
         running = admitted_batch(scenario, point.schedule, usable)
         if 0 < running < asked_batch:
             scenario = scenario.model_copy(update={"batch": running})
+            check_microbatches(point.schedule, scenario, admitted=True)  # of the requests that run
     places = None  # a GPU prefill whose batch does not fit: the requests it holds at once, the others waiting
     if point.chip.gpu is not None and scenario.phase == "prefill":
         scenario, places = prefill_in_waves(scenario, point.schedule, timed_on.dram.capacity_B)

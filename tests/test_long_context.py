@@ -155,6 +155,19 @@ def test_a_batch_whose_kv_does_not_fit_runs_the_requests_that_fit():
     assert report.metrics.stps == alone.metrics.stps and "running_batch" not in alone.scenario.as_dict()
 
 
+def test_explicit_microbatches_are_checked_against_the_requests_a_gpu_runs():
+    # Llama-3.3-70B, TP4 × PP2 on 8 H100s, 64 requests of 128k tokens: the KV cache admits only some of them, and
+    # 16 microbatches of those would leave some empty; at 64k more fit and 16 are fine
+    from deepstack.errors import UserInputError
+
+    point = {"model": "llama-3.3-70b", "system": "dgx-h100", "parallel": "tp=4,pp=2,microbatches=16", "batch": 64,
+             "with_ttft": False, "breakdown": False}
+    with pytest.raises(UserInputError, match=r"each data replica runs (\d+) at once \(those whose KV cache fits\)"):
+        evaluate(**point, input_len=131072)
+    report = evaluate(**point, input_len=65536)
+    assert 16 <= report.scenario.running_batch < 64
+
+
 def test_the_best_schedule_search_keeps_a_gpu_schedule_that_holds_one_request():
     # Llama-3.3-70B at 32k prompts, 256 requests on 8 H100s: no schedule holds them all (the search refused the
     # point, "no schedule of 8 devices fits"), but vLLM runs those that fit, so the search must rank schedules by
