@@ -146,7 +146,7 @@ def _schedule_text(schedule: dict[str, Any]) -> str:
     """The schedule as evaluated: its degrees, with a pipeline's microbatch count and any collective's algorithm
     that is not chosen automatically (what tells two runs of one schedule apart)."""
     parts = [schedule["text"]]
-    if schedule["pp"] > 1:
+    if schedule["pp"] > 1 and "microbatches=" not in schedule["text"]:  # a tuned count (a chosen one is in the text)
         parts.append(f"{schedule['microbatches']} microbatch{'es' * (schedule['microbatches'] != 1)}")
     parts += [f"{name}={algorithm}" for name, algorithm in sorted(schedule["collectives"].items())]
     return "; ".join(parts)

@@ -15,6 +15,7 @@ import deepstack
 from deepstack.api import evaluation as api_evaluation
 from deepstack.cli.search import _optimize_summary
 from deepstack.errors import InfeasibleError
+from deepstack.schema import Schedule
 
 LLAMA_1B = ("evaluate", "--model", "llama-3.2-1b", "--chip", "standard")
 
@@ -71,7 +72,18 @@ def test_the_first_line_names_microbatches_explicit_algorithms_and_scaled_links(
               "--parallel", "tp=8,dp=8,pp=4,microbatches=8,all_reduce=ring", "--hop-latency-scale", "2").out
     first = " ".join(out.split("metrics")[0].split())  # the first line, however the console wraps it
     assert "over tms1* (*: its hop latency or link bandwidths scaled)" in first
-    assert "(tp=8,dp=8,pp=4; 8 microbatches; all_reduce=ring): feasible" in first
+    assert "(tp=8,dp=8,pp=4,microbatches=8; all_reduce=ring): feasible" in first
+    tuned = cli("evaluate", "--model", "llama-3.2-1b", "--chip", "standard", "--noc", "tms1", "--batch", "64",
+                "--parallel", "tp=8,dp=8,pp=4").out
+    assert "(tp=8,dp=8,pp=4; 4 microbatches): feasible" in " ".join(tuned.split("metrics")[0].split())
+
+
+def test_a_schedules_text_keeps_its_chosen_microbatches():
+    # the text is what the CSVs and fronts carry and what --parallel reads back: a chosen count must survive it
+    for text in ("tp=4,pp=2,microbatches=8", "attn:tp=4;ffn:ep=4;pp=2,microbatches=3", "dp=2,pp=4,microbatches=2,fsdp"):
+        schedule = Schedule.parse(text)
+        assert str(schedule) == text and Schedule.parse(str(schedule)) == schedule
+    assert str(Schedule.parse("tp=4,pp=2")) == "tp=4,pp=2"  # a tuned count is not part of the schedule
 
 
 def test_a_degree_without_a_value_says_the_form_it_needs(cli):

@@ -135,6 +135,8 @@ class Schedule(Frozen):
 
     def __str__(self) -> str:
         extras = [f"pp={self.pp}"] if self.pp > 1 else []
+        if self.microbatches is not None:  # a chosen count (the text must evaluate as this schedule does)
+            extras.append(f"microbatches={self.microbatches}")
         if self.fsdp:
             extras.append("fsdp")
         if self.moe_mode != "none":
