@@ -3,7 +3,7 @@ every pool of the sweeps, the study runners and the Optuna workers.
 
 * :func:`chunk_runner` — a sweep's ``run(evaluate, chunks, done)``: in-process (one worker), the tuned local pool
   (:func:`local_session`), or a Dask cluster (:mod:`deepstack.search.dask_backend`). ``evaluate(chunk)`` returns
-  (rows, JSON lines) and ``done(index, result)`` records each chunk as it finishes.
+  the chunk's result and ``done(index, result)`` records each chunk as it finishes.
 * :func:`map_in_order` — ``map`` over independent tasks on forked workers (the study runners).
 * :class:`Tally` — work finished of the work planned, for a progress bar.
 * :func:`run_spawned` — processes that start from scratch (Optuna workers, each opening its own storage).
@@ -212,7 +212,7 @@ def serial(evaluate: Callable, chunks: list[tuple[int, list]], done: Callable) -
 def local_session(workers: int, shelter: Callable = contextlib.nullcontext) -> Iterator[Callable]:
     """``workers`` processes kept for the whole sweep, so each worker's caches (devices, operator tunings, stage
     plans, collectives) serve every tier; yields ``run(evaluate, chunks, done)``, where ``evaluate(chunk)``
-    returns (rows, JSON lines) as the sweep's ``evaluate_chunk`` does.
+    returns a result that is true when the chunk yielded anything (the sweep's ``evaluate_chunk``: any rows).
 
     The workers fork after the parent has evaluated a chunk itself: each then starts with that point's routing
     plans and workloads, which every other point on the same network structure reuses. Each worker owns a
@@ -233,9 +233,9 @@ def local_session(workers: int, shelter: Callable = contextlib.nullcontext) -> I
             chunks = list(chunks)
             while chunks:
                 index, chunk = chunks.pop()
-                rows, lines = evaluate(chunk)
-                done(index, (rows, lines))
-                if rows:
+                result = evaluate(chunk)
+                done(index, result)
+                if result:  # the chunk yielded something
                     break
             if not chunks:
                 return

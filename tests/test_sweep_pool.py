@@ -18,13 +18,12 @@ from deepstack.search.space import base_points, load_space, with_level_bw
 from deepstack.search.sweep.points import affinity_order, device_of
 
 
-def _pid_and_square(chunk: list[int]) -> tuple[list[tuple[int, int]], str]:
-    """A chunk's evaluation for the pool tests, shaped as ``evaluate_chunk``'s (rows, JSON lines): which process
-    ran it, and a result to check. Chunks of the first block (values < 6) are slow, so the other worker runs out
-    first and must take some of them."""
+def _pid_and_square(chunk: list[int]) -> list[tuple[int, int]]:
+    """A chunk's evaluation for the pool tests: which process ran it, and a result to check. Chunks of the first
+    block (values < 6) are slow, so the other worker runs out first and must take some of them."""
     if chunk[0] < 6:
         time.sleep(0.05)
-    return [(os.getpid(), x * x) for x in chunk], ""
+    return [(os.getpid(), x * x) for x in chunk]
 
 
 def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
@@ -35,7 +34,7 @@ def test_local_pool_runs_every_chunk_once_and_keeps_its_workers_across_tiers():
 
             def done(index: int, result: tuple, finished=finished) -> None:
                 assert index not in finished, f"chunk {index} evaluated twice"
-                finished[index] = result[0]
+                finished[index] = result
 
             run(_pid_and_square, [(index, [index, index + 100]) for index in range(12)], done)
             assert sorted(finished) == list(range(12))
@@ -110,13 +109,13 @@ def test_a_points_sram_option_resolves_alike_in_the_sweep_and_in_evaluate():
     assert l1["l1-bw-2x"] == (base_l1_B, 2 * base_bw)
 
 
-def _signal_the_parent(chunk: list[int]) -> tuple[list[int], str]:
+def _signal_the_parent(chunk: list[int]) -> list[int]:
     """Chunk ``[index, parent pid]``: a worker (never the parent, which evaluates the last chunk itself) running
     chunk 0 sends the parent SIGINT, which lands while the parent waits on its pool."""
     index, parent = chunk
     if index == 0 and os.getpid() != parent:
         os.kill(parent, signal.SIGINT)
-    return [index], ""
+    return [index]
 
 
 def test_a_signal_reaches_a_pools_parent_between_waits_never_inside_concurrent_futures():
@@ -140,14 +139,14 @@ def test_a_signal_reaches_a_pools_parent_between_waits_never_inside_concurrent_f
     assert not multiprocessing.active_children()
 
 
-def _sigterm_blocked(_chunk: list) -> tuple[list[bool], str]:
-    return [signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])], ""
+def _sigterm_blocked(_chunk: list) -> list[bool]:
+    return [signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])]
 
 
 def _worker_ended_while_its_result_is_out(conn) -> None:
     """A pool worker's life in a forked process: a chunk, SIGTERM sent while its result would be on its way to
     the parent, then the next chunk."""
-    computing, _ = executor._pool_task(_sigterm_blocked, [])
+    computing = executor._pool_task(_sigterm_blocked, [])
     held = signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
     os.kill(os.getpid(), signal.SIGTERM)  # the parent ending the pool (executor._end_now)
     conn.send((computing[0], held))  # still alive: the signal waits

@@ -4,6 +4,7 @@ point, ties included — however the rows fall into chunks and however often the
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 
@@ -11,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deepstack.search.objectives import score
-from deepstack.search.sweep.chunks import ChunkLog, rows_of, run_tier
-from deepstack.search.sweep.output import HARDWARE_COLUMNS, front
+from deepstack.search.sweep.chunks import ChunkLog, ChunkResult, PointsFile, run_tier
+from deepstack.search.sweep.output import HARDWARE_COLUMNS, csv_text, front
+from deepstack.search.sweep.points import SweepTask, points_columns
 from deepstack.search.sweep.survivors import Survivors, summarise
 
 OBJECTIVES = ["stps", "tokens_per_joule"]
@@ -59,20 +61,39 @@ def test_chunk_summaries_merged_in_order_give_what_every_row_gives(rows, cuts, p
 
 
 def test_a_tier_keeps_its_chunks_in_chunk_order_whatever_order_they_finish_in(tmp_path):
-    # an executor whose chunks finish last first (a worker may finish any chunk first): what run_tier returns,
-    # the timeline and the chunk files points.csv is written from are still in chunk order
+    # an executor whose chunks finish last first (a worker may finish any chunk first): the summaries run_tier
+    # returns, the timeline and points.csv are still in chunk order; the chunks finished early wait in files of
+    # their own, gone once written
     log = ChunkLog(tmp_path, {"sweep": "s", "presets": "p", "code": "c"})
-    tasks = [f"point {i}" for i in range(5)]  # one hardware point per chunk below 64 of them
+    tasks = [SweepTask("small", "{}", f"point {i}", False) for i in range(5)]  # one point per chunk below 64
 
     def last_first(evaluate, chunks, done):
         for index, points in reversed(chunks):
-            rows = [{"point": p} for p in points]
-            done(index, (rows, "".join(json.dumps(r) + "\n" for r in rows)))
+            rows = [_row("standard", 1, float(index), 1.0, True, index) for _ in points]
+            done(index, _chunk_result(rows))
 
-    kept = run_tier("tier1", tasks, log, last_first, keep=lambda rows: [r["point"] for r in rows])
-    assert kept == [[p] for p in tasks]
+    points = PointsFile(log.folder, with_ttft=False)
+    summaries = run_tier("tier1", tasks, log, last_first, OBJECTIVES, points)
+    assert [s.candidates[0]["schedule"] for s in summaries] == [f"tp={i}" for i in range(5)]
     assert [rows for _, rows, _ in log.timeline] == [1] * 5
-    assert [next(rows_of(path))["point"] for path in log.paths] == tasks
+    with open(points.path, newline="") as fh:
+        assert [row["schedule"] for row in csv.DictReader(fh)] == [f"tp={i}" for i in range(5)]
+    assert sorted(p.name for p in log.folder.iterdir()) == [
+        "evaluated.log", "points.csv.partial", *(f"tier1-{i:05d}.jsonl" for i in range(5))]
+
+    # a re-run reads the chunks back and writes the same points.csv; a waiting chunk's file an interrupted run
+    # left is removed
+    before = points.path.read_bytes()
+    (log.folder / "tier1-00003.csv.partial").write_text("left by an interrupted run\n")
+    again = PointsFile(log.folder, with_ttft=False)
+    assert not list(log.folder.glob("tier1-*.csv.partial"))
+    assert run_tier("tier1", tasks, log, last_first, OBJECTIVES, again) == summaries
+    assert again.path.read_bytes() == before and log.read_back == 5
+
+
+def _chunk_result(rows: list[dict]) -> ChunkResult:
+    return ChunkResult(len(rows), summarise(rows, OBJECTIVES), "".join(json.dumps(r) + "\n" for r in rows),
+                       csv_text(rows, points_columns(False)))
 
 
 def test_a_dominated_row_leaves_the_candidates_when_they_are_pruned():

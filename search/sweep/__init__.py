@@ -37,9 +37,9 @@ from deepstack.search.space import (
 )
 from deepstack.search.studies.provenance import code_digest, json_digest, presets_digest
 from deepstack.search.sweep import output
-from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, run_tier
+from deepstack.search.sweep.chunks import CHUNK_POINTS, MIN_CHUNKS, ChunkLog, PointsFile, run_tier
 from deepstack.search.sweep.points import SweepTask, affinity_order
-from deepstack.search.sweep.survivors import Survivors, summarise
+from deepstack.search.sweep.survivors import Survivors
 
 MODES = ("hierarchical", "exhaustive")
 BACKENDS = ("local", "dask")
@@ -134,12 +134,13 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
         try:
             runner = executor.chunk_runner(backend, workers, scheduler, shelter=stops.deferred)
             with stops.evaluating(), runner as run_chunks:
+                points_file = PointsFile(log.folder, with_ttft)
                 result = _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log,
-                                      run_chunks, started, tally)
+                                      run_chunks, started, tally, points_file)
                 # the files as they are now
                 log.check_unchanged(_fingerprint(load_space(space), scenario, mode, objectives, with_ttft))
                 with log.shelter():  # a signal while the files are written waits for the last of them
-                    output.write(result, log.paths, scenario, design_space)
+                    output.write(result, points_file.path, scenario, design_space)
                 return result
         except BaseException as exc:
             if not stops.ended(exc):
@@ -152,14 +153,14 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
 
 
 def _sweep_tiers(mode, design_space, space_ref, scenario, objectives, out, with_ttft, log, run_chunks,
-                 started, tally) -> SweepResult:
+                 started, tally, points_file) -> SweepResult:
     survivors = Survivors(objectives)
 
     def _tier(name: str, label: str, points: list[HardwarePoint]) -> None:
         before = log.read_back
         tasks = [SweepTask(space_ref, scenario.model_dump_json(), p, with_ttft)
                  for p in affinity_order(design_space, points)]
-        summaries = run_tier(name, tasks, log, run_chunks, lambda rows: summarise(rows, objectives), tally)
+        summaries = run_tier(name, tasks, log, run_chunks, objectives, points_file, tally)
         for summary in summaries:
             survivors.merge(summary)
         tiers.append({"tier": label, "hardware_points": len(points), "evaluations": sum(s.rows for s in summaries),

@@ -4,17 +4,22 @@ finished ones that lets a re-run resume."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import math
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from deepstack.errors import UserInputError
+from deepstack.models import tune_gc
 from deepstack.search.executor import Tally
 from deepstack.search.files import recorded, write_text_atomically
-from deepstack.search.sweep.points import SweepTask, evaluate_chunk
+from deepstack.search.sweep.output import csv_text
+from deepstack.search.sweep.points import SweepTask, evaluate_hardware, points_columns
+from deepstack.search.sweep.survivors import ChunkSummary, summarise
 
 CHUNK_POINTS = 8  # at most this many hardware points per chunk: the unit of scheduling, progress and resumption
 MIN_CHUNKS = 64  # a tier is cut into at least this many chunks (when it has the points) so workers stay balanced
@@ -24,6 +29,76 @@ def chunk_points(tasks: int) -> int:
     """Hardware points per chunk of a tier: a pure function of the tier's size (never of the worker count), so
     a resumed sweep cuts its tiers exactly as the interrupted one did."""
     return max(1, min(CHUNK_POINTS, math.ceil(tasks / MIN_CHUNKS)))
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """A finished chunk as a worker hands it back: everything the parent needs, so it never holds the rows."""
+
+    rows: int  # evaluations
+    summary: ChunkSummary  # what the sweep keeps of them (:func:`~.survivors.summarise`)
+    lines: str  # the rows as JSON lines, for the chunk log (a re-run reads them back)
+    cells: str  # the rows as points.csv lines
+
+    def __bool__(self) -> bool:  # whether the chunk yielded any row (the executor asks)
+        return self.rows > 0
+
+
+def evaluate_chunk(objectives: tuple[str, ...], tasks: list[SweepTask]) -> ChunkResult:
+    """One chunk of hardware points (the unit a backend schedules, records and resumes), evaluated, summarised
+    and encoded twice (:class:`ChunkResult`). Doing all of it here puts the cost on the pool's workers instead
+    of on the parent, which records every chunk while the workers share its cores."""
+    tune_gc()  # also in workers that did not start from the CLI (Dask)
+    rows = [row for task in tasks for row in evaluate_hardware(task)]
+    return ChunkResult(len(rows), summarise(rows, list(objectives)), "".join(json.dumps(row) + "\n" for row in rows),
+                       csv_text(rows, points_columns(tasks[0].with_ttft)))
+
+
+class PointsFile:
+    """points.csv as the sweep goes: its header, then each chunk's lines in points.csv order whatever order the
+    workers finish them in. A chunk finished before those ahead of it waits in a file of its own (each worker
+    runs its own block of a tier, so half a tier may wait: held in memory, a large sweep's would be gigabytes);
+    a chunk read back from an earlier run is encoded when its turn comes. Written inside the chunk folder and
+    moved into place only when the sweep has finished: an interrupted sweep leaves no points.csv of part of its
+    points."""
+
+    def __init__(self, folder: Path, with_ttft: bool):
+        self.folder = folder
+        for stale in folder.glob("*.csv.partial"):  # an interrupted run's: this run writes every line again
+            stale.unlink()
+        self.path = folder / "points.csv.partial"
+        with open(self.path, "w", newline="") as fh:
+            csv.writer(fh).writerow(points_columns(with_ttft))
+        self._tier = ""
+        self._waiting: dict[int, Path | Callable[[], str]] = {}
+        self._next = 0
+
+    def start_tier(self, tier: str) -> None:
+        if self._waiting:
+            raise RuntimeError("points.csv: a tier ended with chunks still waiting for one before them")
+        self._tier, self._next = tier, 0
+
+    def put(self, index: int, cells: str | Callable[[], str]) -> None:
+        """The lines of the tier's chunk ``index``: as text, or a function that gives them (a read-back chunk)."""
+        if index != self._next:
+            if isinstance(cells, str):
+                waiting = self.folder / f"{self._tier}-{index:05d}.csv.partial"
+                waiting.write_text(cells, newline="")  # as csv wrote them (\r\n)
+                cells = waiting
+            self._waiting[index] = cells
+            return
+        with open(self.path, "a", newline="") as fh:
+            fh.write(cells if isinstance(cells, str) else cells())
+            self._next += 1
+            while self._next in self._waiting:
+                cells = self._waiting.pop(self._next)
+                if isinstance(cells, Path):
+                    with open(cells, newline="") as spilled:
+                        fh.write(spilled.read())
+                    cells.unlink()
+                else:
+                    fh.write(cells())
+                self._next += 1
 
 
 def _what_differs(stored, fingerprint: dict[str, str]) -> str:
@@ -55,7 +130,6 @@ class ChunkLog:
         # finished (None: read back from a run that did not record it)] (for ``compare``'s front at equal wall time)
         self.timeline: list[list] = []
         self.read_back = 0  # rows of chunks finished by an earlier run and read back, not evaluated by this one
-        self.paths: list[Path] = []  # every chunk file of the sweep in points.csv order
         self.shelter: Callable = contextlib.nullcontext  # a span no signal cuts (Interrupts.deferred) for save
         self.folder = out / "chunks"
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -141,37 +215,40 @@ class ChunkLog:
         return sum(1 for _ in self.folder.glob("*.jsonl"))
 
 
-def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable, keep: Callable[[list[dict]], Any],
-             tally: Tally | None = None) -> list:
+def run_tier(tier: str, tasks: list[SweepTask], log: ChunkLog, run_chunks: Callable, objectives: list[str],
+             points: PointsFile, tally: Tally | None = None) -> list[ChunkSummary]:
     """Evaluate a tier chunk by chunk with ``run_chunks`` (an executor's ``run(evaluate, chunks, done)``),
-    resuming finished chunks. Returns ``keep(rows)`` of each chunk, in chunk order: the rows themselves stay in
-    the chunk files (``log.path(tier, index)``), read again only to write points.csv. ``tally`` counts the
-    tier's hardware points, each chunk's as it finishes (a read-back chunk at once)."""
+    resuming finished chunks. Returns each chunk's summary, in chunk order; the rows themselves go to the chunk
+    files (``log.path(tier, index)``) and to ``points``. ``tally`` counts the tier's hardware points, each
+    chunk's as it finishes (a read-back chunk at once)."""
     tally = tally or Tally()
     tally.plan(len(tasks))
     size = chunk_points(len(tasks))
     chunks = [tasks[i:i + size] for i in range(0, len(tasks), size)]
-    kept: dict[int, tuple[int, Any]] = {}  # chunk → (its rows, what is kept of them)
+    kept: dict[int, ChunkResult] = {}
     finished: dict[int, float | None] = {}
     todo = []
+    points.start_tier(tier)
+    columns = points_columns(tasks[0].with_ttft) if tasks else []
+
     for index in range(len(chunks)):
         rows = log.load(tier, index)
         if rows is None:
             todo.append(index)
-        else:
-            kept[index] = (len(rows), keep(rows))
+        else:  # a chunk an earlier run finished: summarised here as a worker does, encoded when its turn comes
             finished[index] = log.finished_s.get(f"{tier}-{index:05d}")
             log.read_back += len(rows)
+            kept[index] = ChunkResult(len(rows), summarise(rows, objectives), "", "")
+            points.put(index, partial(lambda i: csv_text(log.load(tier, i), columns), index))
             tally.finish(len(chunks[index]))
 
-    def done(index: int, chunk: tuple[list[dict], str]) -> None:
-        rows, lines = chunk
-        finished[index] = log.save(tier, index, lines)
-        kept[index] = (len(rows), keep(rows))
+    def done(index: int, result: ChunkResult) -> None:
+        finished[index] = log.save(tier, index, result.lines)
+        kept[index] = replace(result, lines="", cells="")
+        points.put(index, result.cells)
         tally.finish(len(chunks[index]))
 
     if todo:
-        run_chunks(evaluate_chunk, [(i, chunks[i]) for i in todo], done)
-    log.timeline += [[tier, kept[index][0], finished.get(index)] for index in range(len(chunks))]
-    log.paths += [log.path(tier, index) for index in range(len(chunks))]
-    return [kept[index][1] for index in range(len(chunks))]
+        run_chunks(partial(evaluate_chunk, tuple(objectives)), [(i, chunks[i]) for i in todo], done)
+    log.timeline += [[tier, kept[index].rows, finished.get(index)] for index in range(len(chunks))]
+    return [kept[index].summary for index in range(len(chunks))]

@@ -5,7 +5,9 @@ feasible points, one row per objective vector) and ``summary.json``, and reading
 from __future__ import annotations
 
 import csv
+import io
 import json
+import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -16,8 +18,7 @@ from deepstack.search.front_design import enrich, named_nocs
 from deepstack.search.objectives import OBJECTIVES
 from deepstack.search.studies.provenance import code_digest
 from deepstack.search.study_front import one_per_objective_vector
-from deepstack.search.sweep.chunks import rows_of
-from deepstack.search.sweep.points import HARDWARE_COLUMNS, METRIC_COLUMNS
+from deepstack.search.sweep.points import HARDWARE_COLUMNS, points_columns
 from deepstack.search.sweep.survivors import nondominated
 
 __all__ = ["HARDWARE_COLUMNS", "front", "read_sweep", "sweep_points", "write"]
@@ -48,31 +49,33 @@ def _csv_cells(rows: Iterable[dict], names: list[str]):
         yield cells
 
 
-def write(result, chunk_files: list[Path], scenario: Scenario, space: DesignSpace) -> None:
+def csv_text(rows: Iterable[dict], names: list[str]) -> str:
+    """``rows`` as lines of a CSV file with the columns ``names`` (no header)."""
+    text = io.StringIO(newline="")
+    csv.writer(text).writerows(_csv_cells(rows, names))
+    return text.getvalue()
+
+
+def write(result, points: Path, scenario: Scenario, space: DesignSpace) -> None:
     """Write a finished sweep's files into ``result.out`` (a :class:`~deepstack.search.sweep.SweepResult`);
-    points.csv from the rows of ``chunk_files`` (in order), read one file at a time."""
+    points.csv is the file ``points`` the sweep wrote chunk by chunk (:class:`~.chunks.PointsFile`), moved into
+    place."""
     out = Path(result.out)
     out.mkdir(parents=True, exist_ok=True)
-    # ttft_s is computed only when an objective needs it (a decode sweep would otherwise time a prefill per
-    # schedule): without it the column is left out rather than filled with NaN
-    metrics = [c for c in METRIC_COLUMNS if c != "ttft_s" or getattr(result, "with_ttft", True)]
-    columns = [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *metrics]
+    columns = points_columns(getattr(result, "with_ttft", True))
     # each front row with its id and the command that reproduces it (evaluate --design ID --front pareto.csv), its
     # NoC by name, and one row per objective vector (the designs that reach it too under "equivalent"), as an
     # optimize front's rows
     sram_options = {o.name: o.model_dump(mode="json") for o in space.hardware.sram}
     front, noc_definitions = named_nocs(enrich(result.pareto, scenario, sram_options, str(out / "pareto.csv")))
     result.pareto[:] = one_per_objective_vector(front, result.objectives)
-    every_row = (row for path in chunk_files for row in rows_of(path))
-    for name, data in (("points.csv", every_row), ("pareto.csv", result.pareto)):
-        names = columns + ([o for o in result.objectives if o not in columns] if name == "pareto.csv" else [])
-        if name == "pareto.csv":
-            names = ["id", *names, "pes_per_device", "command",
-                     *(["equivalent"] if any(r.get("equivalent") for r in result.pareto) else [])]
-        with open(out / name, "w", newline="") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(names)
-            writer.writerows(_csv_cells(data, names))
+    os.replace(points, out / "points.csv")
+    names = ["id", *columns, *(o for o in result.objectives if o not in columns), "pes_per_device", "command",
+             *(["equivalent"] if any(r.get("equivalent") for r in result.pareto) else [])]
+    with open(out / "pareto.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(names)
+        writer.writerows(_csv_cells(result.pareto, names))
     summary = {"mode": result.mode, "evaluations": result.evaluations, "hardware_points": result.hardware_points,
                "wall_s": result.wall_s, "run_s": result.run_s, "objectives": result.objectives,
                "tiers": result.tiers, "code": code_digest(),

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from deepstack import catalog
 from deepstack.errors import UserInputError
-from deepstack.models import memo, tune_gc
+from deepstack.models import memo
 from deepstack.models.parallel.memory import feasible_strategies
 from deepstack.schema import DesignSpace, Scenario
 from deepstack.search.schedules import PointSchedule, evaluate_schedules, point_schedules
@@ -18,6 +17,13 @@ HARDWARE_COLUMNS = ("chip", "noc", "stacked_layers", "connected_layers", "sram",
                     "level_bw_scales")
 METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temperature_c",
                   "power_density_W_per_mm2", "frequency_ghz", "memory_gib")
+
+
+def points_columns(with_ttft: bool) -> list[str]:
+    """The columns of points.csv: a sweep times TTFT only when an objective needs it (a decode sweep would
+    otherwise time a prefill per schedule), and without it the column is left out rather than filled with NaN."""
+    return [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible",
+            *(c for c in METRIC_COLUMNS if with_ttft or c != "ttft_s")]
 
 
 @dataclass(frozen=True)
@@ -79,20 +85,10 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     candidates = space_schedules(space, scenario, point.devices, dev.dram.capacity_B)
     evaluated = evaluate_schedules(point, [c.schedule for c in candidates], with_ttft=task.with_ttft)
     hardware = hw.as_dict()
-    columns = [k for k in METRIC_COLUMNS if task.with_ttft or k != "ttft_s"]  # untimed TTFT: no NaN column
+    columns = [k for k in METRIC_COLUMNS if task.with_ttft or k != "ttft_s"]  # as points_columns
     rows = []
     for candidate, (_, report) in zip(candidates, evaluated, strict=True):
         metrics = report.metrics
         rows.append({**hardware, "schedule": candidate.label, "fsdp": candidate.fsdp,
                      "feasible": report.feasible, **{k: metrics[k] for k in columns if k in metrics}})
     return rows
-
-
-def evaluate_chunk(tasks: list[SweepTask]) -> tuple[list[dict], str]:
-    """One chunk of hardware points (the unit a backend schedules, records and resumes): its rows, and the same
-    rows as the JSON lines :class:`~deepstack.search.sweep.chunks.ChunkLog` records. Encoding them here puts
-    that cost on the pool's workers instead of on the parent, which records every chunk while the workers share
-    its cores."""
-    tune_gc()  # also in workers that did not start from the CLI (Dask)
-    rows = [row for task in tasks for row in evaluate_hardware(task)]
-    return rows, "".join(json.dumps(row) + "\n" for row in rows)
