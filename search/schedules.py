@@ -95,6 +95,17 @@ class ScheduleSearch:
     ranking_all: list[dict] | None = None
 
 
+NOT_IN_VLLM = "not_in_vllm"  # the best-schedule search's rule on a real GPU (counted with the pruning rules)
+
+
+def runs_in_vllm(strategy: Strategy) -> bool:
+    """Whether vLLM can serve with ``strategy``: it shards by tensor, expert, data and pipeline parallelism
+    (``--tensor-parallel-size``, ``--enable-expert-parallel``, ``--data-parallel-size``,
+    ``--pipeline-parallel-size``) and splits a long context's KV cache (context parallelism); it never shards
+    weights FSDP-style or splits a sequence's attention heads over devices (Ulysses sequence parallelism)."""
+    return not strategy.fsdp and strategy.sp == 1
+
+
 def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch:
     """Evaluate every strategy that survives the pruning rules and the memory check, and for a MoE model each one's
     vLLM form with the MoE block's TP folded into EP (:func:`point_schedules`); return the best report
@@ -105,6 +116,11 @@ def best_schedule(point: DesignPoint, objective: str = "stps") -> ScheduleSearch
     # a schedule is out only when not even one request fits
     memory_batch = 1 if dev.gpu else None
     kept, pruned = feasible_strategies(point.scenario, devices, dev.dram.capacity_B, memory_batch=memory_batch)
+    if dev.gpu:  # a real GPU server runs what vLLM can: TP, EP, DP and PP
+        runnable = tuple(strategy for strategy in kept if runs_in_vllm(strategy))
+        if len(runnable) < len(kept):
+            pruned = {**pruned, NOT_IN_VLLM: len(kept) - len(runnable)}
+        kept = runnable
     if not kept:
         raise InfeasibleError(
             f"no schedule of {counted(devices, 'device')} fits: strategies pruned by rule {per_rule(pruned) or 'none'} "

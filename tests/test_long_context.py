@@ -5,6 +5,8 @@ Golden numbers are worked out by hand in the comments: one device's attention of
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from deepstack.api import evaluate
@@ -180,9 +182,23 @@ def test_the_best_schedule_search_keeps_a_gpu_schedule_that_holds_one_request():
     assert report.metrics.stps == pinned.metrics.stps
 
 
-def test_a_3d_chip_still_reports_a_batch_that_does_not_fit_as_infeasible():
-    from pathlib import Path
+def test_the_best_schedule_search_on_a_gpu_ranks_only_what_vllm_runs():
+    # vLLM has no FSDP and no Ulysses sequence parallelism: a GPU server's search drops them (counted as a rule),
+    # a 3D chip's keeps them
+    from deepstack.api import evaluate as api_evaluate
 
+    search = api_evaluate(model="llama-3.3-70b", system="dgx-h100", phase="prefill", batch=8, input_len=8192,
+                          with_ttft=False, breakdown=False).as_dict()["search"]
+    assert search["pruned"]["not_in_vllm"] > 0
+    texts = [row["schedule"] for row in search["top"]]
+    assert texts and not any("fsdp" in t or "sp=" in t for t in texts)
+    mini8 = Path(__file__).resolve().parent.parent / "search" / "spaces" / "nocs" / "mini8.toml"
+    chip = api_evaluate(model="llama-3.2-1b", chip="standard", noc=str(mini8), phase="prefill", batch=4,
+                        with_ttft=False, breakdown=False).as_dict()["search"]
+    assert "not_in_vllm" not in chip["pruned"]
+
+
+def test_a_3d_chip_still_reports_a_batch_that_does_not_fit_as_infeasible():
     from deepstack.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError, match="memory"):
