@@ -102,9 +102,11 @@ def check_schedule(point: DesignPoint) -> None:
     """Reject schedules the machine cannot run (user errors, one line each)."""
     s = point.schedule
     if point.network is not None and s.devices != point.network.devices:
-        raise UserInputError(
-            f"--parallel: the schedule uses {s.devices} devices but {point.network.name} has {point.network.devices}"
-        )
+        have = point.network.devices
+        hint = (f" (dp={have // s.devices * s.attention.dp} runs {have // s.devices} copies of it over them)"
+                if have % s.devices == 0 else "")
+        raise UserInputError(f"--parallel: the schedule uses {s.devices} devices but {point.network.name} has "
+                             f"{have}{hint}")
     if point.network is None and (s.devices != s.attention.dp or s.ffn.devices != s.ffn.dp or s.pp > 1):
         raise UserInputError("--parallel: TP, SP, CP, EP and PP need a network: add --noc or use --system")
     scenario = point.scenario

@@ -154,3 +154,16 @@ def test_a_kernel_reference_without_its_columns_names_the_missing_ones(cli, tmp_
     (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
     assert_user_error(cli("accuracy", "kernels", "--reference", str(tmp_path / "bad.csv")),
                       "has no column kernel, point_index, measured_time_ms")
+
+
+def test_a_schedule_on_part_of_a_system_says_how_to_fill_it(cli):
+    done = cli("evaluate", "--model", "llama-3.3-70b", "--system", "dgx-h100", "--parallel", "tp=4")
+    assert_user_error(done, "--parallel: the schedule uses 4 devices but dgx-h100-fabric has 8 (dp=2 runs 2 copies "
+                            "of it over them)")
+    assert cli("evaluate", "--model", "llama-3.3-70b", "--system", "dgx-h100", "--parallel", "tp=4,dp=2").code == 0
+
+
+def test_a_steady_state_prefill_is_refused_not_ignored(cli):
+    done = cli("evaluate", "--model", "llama-3.3-70b", "--system", "dgx-h100", "--parallel", "tp=8", "--phase",
+               "prefill", "--steady-state")
+    assert_user_error(done, "--steady-state: a server's steady state is a decode")

@@ -37,6 +37,9 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     then carries the search's summary). Raises ``UserInputError`` for bad input and for a request that cannot
     fit (memory), naming the field.
     """
+    if steady_state and phase == "prefill":
+        raise UserInputError("--steady-state: a server's steady state is a decode (its steps prefill the newcomers "
+                             "too); use it with --phase decode")
     scenario = with_flags(build_scenario(model, phase, batch, input_len, output_len, precision),
                           prefill_chunk_tokens=prefill_chunk_tokens, ambient_c=ambient_c, max_temp_c=max_temp_c,
                           cuda_graphs=cuda_graphs, assumptions=assumptions, steady_state=steady_state)
