@@ -167,3 +167,13 @@ def test_a_steady_state_prefill_is_refused_not_ignored(cli):
     done = cli("evaluate", "--model", "llama-3.3-70b", "--system", "dgx-h100", "--parallel", "tp=8", "--phase",
                "prefill", "--steady-state")
     assert_user_error(done, "--steady-state: a server's steady state is a decode")
+
+
+def test_a_model_whose_weights_alone_overflow_the_server_is_told_so():
+    # DeepSeek-V3 at 8-bit weights: 671 G parameters over 8 H100s is 78 GiB a GPU against 72 GiB usable; no
+    # schedule and no batch helps, fewer bits does
+    with pytest.raises(InfeasibleError) as caught:
+        api_evaluation.evaluate(model="deepseek-v3", system="dgx-h100", parallel="tp=8", batch=1)
+    assert str(caught.value).endswith("its weights alone need 78.1 GiB per GPU spread evenly over all 8: take a "
+                                      "system with more memory, or store the weights in fewer bits (--precision "
+                                      "a16w4)")

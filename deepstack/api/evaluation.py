@@ -14,7 +14,7 @@ from deepstack.models import collectives, network
 from deepstack.models.design import DesignPoint
 from deepstack.models.evaluate import evaluate as run_evaluation
 from deepstack.models.hardware.device import resolve_device
-from deepstack.models.parallel.memory import feasible_strategies
+from deepstack.models.parallel.memory import feasible_strategies, usable_capacity_B
 from deepstack.models.parallel.strategies import Strategy, enumerate_strategies, prune_reason
 from deepstack.models.results import Report
 from deepstack.schema import NetworkLevel, Schedule, SramOption, build_scenario, validate
@@ -79,7 +79,7 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
             report = report.with_search({"schedule": "given", "search_would_skip": skipped})
     memory = [v for v in report.violations if v.startswith("memory")]
     if memory:
-        raise InfeasibleError(f"{memory[0]}; {_memory_hint(system, network)}")
+        raise InfeasibleError(f"{memory[0]}; {_memory_hint(system, network, point)}")
     return report
 
 
@@ -92,8 +92,16 @@ def _search_skips(point: DesignPoint) -> str | None:
     return reason[1] if reason else None
 
 
-def _memory_hint(system: str | None, network) -> str:
+def _memory_hint(system: str | None, network, point: DesignPoint) -> str:
     """What can make a design point that does not fit in memory fit, given how its machine was named."""
+    scenario, devices = point.scenario, point.devices
+    spread_B = scenario.model.parameter_count() * scenario.precision.weight_bytes / devices
+    usable_B = usable_capacity_B(point.device.dram.capacity_B)
+    if system and spread_B > usable_B:  # no schedule or batch helps
+        bits = scenario.precision.weight_bits
+        fewer = f", or store the weights in fewer bits (--precision a16w{8 if bits > 8 else 4})" if bits > 4 else ""
+        return (f"its weights alone need {spread_B / 2**30:.1f} GiB per GPU spread evenly over all {devices}: take "
+                f"a system with more memory{fewer}")
     if system:  # a fixed server: its GPUs and their memory are given
         return ("shard the model further (--parallel, e.g. tp=8), serve a smaller --batch or take a system with more "
                 "memory")
