@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from deepstack.models import dvfs, memo
 from deepstack.models.gpu import power as gpu_power
+from deepstack.models.gpu.efficiency import achievable_Bps
 from deepstack.models.hardware import dram as dram_model
 from deepstack.models.hardware.device import DeviceSpec, resolve_device
 from deepstack.models.parallel import communication
@@ -33,6 +34,15 @@ def device_effective_bw_Bps(dev: DeviceSpec) -> float:
     return dram_model.effective_bw_Bps(dev.dram, dev.dram.row_B, in_flight, dev.l1_bw_Bps)
 
 
+def _effective_bw_Bps(dev: DeviceSpec, gpu) -> float:
+    """The DRAM bandwidth a device sustains (:func:`device_effective_bw_Bps`); on a real GPU (its chip's ``gpu``
+    table) no more than what a streaming kernel reaches, the floor every operator is timed at
+    (:mod:`deepstack.models.gpu.efficiency`)."""
+    if gpu is not None:
+        return min(device_effective_bw_Bps(dev), achievable_Bps(dev, gpu))
+    return device_effective_bw_Bps(dev)
+
+
 @memo.cached(maxsize=4096)
 def hardware_summary(chip: ChipArchitecture, network: Network | None, stacked_layers: int | None,
                      connected_layers: int | None, sram: SramOption | None, noc_bw_scale: float,
@@ -48,14 +58,16 @@ def hardware_summary(chip: ChipArchitecture, network: Network | None, stacked_la
         connected_layers=dev.dram.connected_layers,
         dram_technology=dev.dram.technology,
         dram_bw_TBps=dev.dram.peak_bw_Bps / 1e12,
-        dram_effective_bw_TBps=device_effective_bw_Bps(dev) / 1e12,
+        dram_effective_bw_TBps=_effective_bw_Bps(dev, chip.gpu) / 1e12,
         dram_capacity_GiB=dev.dram.capacity_B / GiB,
         fp16_tflops_per_device=dev.peak_matrix_flops / 1e12,
         l1_bw_TBps_per_device=dev.l1_bw_Bps / 1e12,
         l2_bw_TBps_per_device=dev.l2_bw_Bps / 1e12,
         nominal_clock_ghz=dev.clock_Hz / 1e9,
         tdp_w_per_device=dev.tdp_W,
-        area_per_device_mm2=FrozenMap(dev.area.as_dict()),
+        # a real GPU's die is given (its SMs too): the area model sizes only the templates a search may change
+        area_per_device_mm2=FrozenMap({"pes": dev.pes, "die_mm2": dev.area.budget_mm2} if chip.gpu is not None
+                                      else dev.area.as_dict()),
         ambient_c=dev.ambient_c,
         max_temp_c=dev.target_c,
     )
