@@ -21,7 +21,7 @@ from deepstack.models import power as power_model
 from deepstack.models.design import DesignPoint, check_microbatches, check_schedule
 from deepstack.models.gpu import gpu_phase
 from deepstack.models.gpu import power as gpu_power
-from deepstack.models.gpu.admission import admitted_batch, prefill_in_waves, resident, wave_footprint
+from deepstack.models.gpu.admission import admitted_batch, prefill_in_waves, resident
 from deepstack.models.gpu.prefill import SteadyCycle, Wave, prefill_wave, steady_state
 from deepstack.models.hardware.device import timing_device
 from deepstack.models.parallel.memory import MEMORY_RESERVE, memory_footprint
@@ -122,10 +122,8 @@ def _evaluate(point: DesignPoint, with_ttft: bool, breakdown: bool, overlap: boo
     layers = dev.dram.stacked_layers if dev.is_3d else 0
     ambient_c = point.judged_ambient_c
     temperature = thermal.temperature_c(ambient_c, layers, power_w, dev.device_area_mm2)
-    if places:
-        memory = wave_footprint(scenario, s, places)
-    else:
-        memory = memory_footprint(resident(scenario) if dev.gpu else scenario, s)
+    held = scenario.model_copy(update={"batch": places}) if places else scenario  # a wave's: its places'
+    memory = memory_footprint(resident(held) if dev.gpu else held, s)
     violations = []
     if memory.total_B > usable:
         violations.append(

@@ -356,31 +356,44 @@ LLAMA_8K = Scenario(model="llama-3.3-70b", phase="prefill", batch=512, input_len
 
 
 def test_a_prefill_batch_whose_kv_does_not_fit_runs_the_requests_that_fit_at_once():
-    # Llama-3.3-70B on 8 H100s, TP8: 512 prompts of 8,192 tokens hold 512 × 8,193 × 40,960 B ≈ 160 GiB of KV per
+    # Llama-3.3-70B on 8 H100s, TP8: 512 prompts of 8,192 tokens hold 512 × 8,192 × 40,960 B = 160 GiB of KV per
     # GPU (1 KV head of 128 × (K, V) × 2 B per layer, 80 layers) beside ~16 GiB of weights in 72 GiB usable.
-    # vLLM admits as many as fit and the others wait for places (refused as infeasible before)
-    from deepstack.models.gpu.admission import prefill_in_waves, wave_footprint
-    from deepstack.models.parallel.memory import usable_capacity_B
+    # vLLM admits as many prompts as fit and the others wait for places (refused as infeasible before)
+    from deepstack.models.gpu.admission import prefill_in_waves
+    from deepstack.models.parallel.memory import memory_footprint, usable_capacity_B
 
     tp8 = Schedule.parse("tp=8")
     capacity_B = timing_device_of(_point(LLAMA_8K, H100)[0]).dram.capacity_B
     waved, places = prefill_in_waves(LLAMA_8K, tp8, capacity_B)
     # the budget stays vLLM's default: fewer requests, not smaller steps
     assert waved.prefill_chunk_tokens == 8192 and 100 < places < 512
-    kv_B = [wave_footprint(waved, tp8, n).kv_cache_B for n in (places, places + 1)]
-    assert kv_B[0] == places * 8193 * 80 * 512
-    fits = [wave_footprint(waved, tp8, n).total_B <= usable_capacity_B(capacity_B) for n in (places, places + 1)]
-    assert fits == [True, False]
+    held = [memory_footprint(waved.model_copy(update={"batch": n}), tp8) for n in (places, places + 1)]
+    assert held[0].kv_cache_B == places * 8192 * 80 * 512
+    assert [f.total_B <= usable_capacity_B(capacity_B) for f in held] == [True, False]
 
     report = evaluate(_point(LLAMA_8K, H100)[0], breakdown=False)
     assert report.feasible and report.scenario.running_batch == places and report.scenario.batch == 512
-    assert report.metrics.memory_gib * 2**30 <= usable_capacity_B(capacity_B)
+    assert report.metrics.memory_gib * 2**30 == held[0].total_B
     # every request is served: the throughput is that of a batch that fits (it saturates), the last first token
     # comes about 512 / places times as late
     fitting = evaluate(_point(LLAMA_8K.model_copy(update={"batch": places}), H100)[0], breakdown=False)
     assert "running_batch" not in fitting.scenario.as_dict()
     assert report.metrics.stps == pytest.approx(fitting.metrics.stps, rel=0.03)
     assert report.metrics.ttft_s == pytest.approx(fitting.metrics.ttft_s * 512 / places, rel=0.05)
+
+
+def test_a_prefill_just_past_what_fits_holds_about_as_many_as_one_that_fits():
+    # the places are counted by the memory check a fitting batch passes: one batch past the edge holds nearly
+    # the whole edge batch at once (within the two prompts a larger step budget's activations take)
+    from deepstack.models.gpu.admission import prefill_in_waves
+
+    tp8 = Schedule.parse("tp=8")
+    capacity_B = timing_device_of(_point(LLAMA_8K, H100)[0]).dram.capacity_B
+    sizes = [(batch, prefill_in_waves(LLAMA_8K.model_copy(update={"batch": batch}), tp8, capacity_B)[1])
+             for batch in range(160, 200)]
+    edge = max(batch for batch, places in sizes if places is None)
+    first_waved = dict(sizes)[edge + 1]
+    assert edge - 2 <= first_waved <= edge
 
 
 def test_a_prefill_batch_that_fits_keeps_its_wave_and_one_that_cannot_start_is_refused():

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from deepstack.models.parallel.chunks import choose_budget
-from deepstack.models.parallel.memory import MemoryFootprint, memory_footprint, usable_capacity_B
+from deepstack.models.parallel.memory import memory_footprint, usable_capacity_B
 from deepstack.models.parallel.prefill_budget import with_prefill_budget
 
 
@@ -42,35 +42,26 @@ def admitted_batch(scenario, schedule, usable_B: float) -> int:
 def prefill_in_waves(scenario, schedule, capacity_B: float):
     """A GPU prefill of ``scenario`` with its token budget (:func:`~.prefill_budget.with_prefill_budget`), and the
     requests it holds at once (over its data replicas) when its whole batch does not fit (docs/model.md §GPU
-    prefill): vLLM then admits only the requests whose KV cache has room and the others wait for places, so no
-    budget is halved for them; the budget is vLLM's default unless not even one request's generation fits beside
-    a step's activations (then halved as for any prefill), and the places the most requests whose
-    :func:`wave_footprint` fits. Places None: the batch fits the memory check's prefill footprint (the wave runs
-    as it always has) or not even one request does (the memory check refuses the point)."""
+    prefill). vLLM admits a waiting request when the KV-cache blocks of its prompt are free, so the others wait
+    for places and no budget is halved for them: the budget is vLLM's default unless not even one request fits
+    beside a step's activations (then halved as for any prefill), and the places are the most requests whose
+    prefill footprint (the memory check's: their prompts' KV cache) fits, the rule a batch that fits is held
+    to. Places None: the batch fits (the wave runs as it always has) or not even one request does (the memory
+    check refuses the point)."""
     budgeted = with_prefill_budget(scenario, schedule, capacity_B)
     usable_B = usable_capacity_B(capacity_B)
     if memory_footprint(budgeted, schedule).total_B <= usable_B:
         return budgeted, None
 
-    def with_budget(budget: int):
-        return scenario.model_copy(update={"prefill_chunk_tokens": budget})
+    def fits(budget: int, batch: int) -> bool:
+        held = scenario.model_copy(update={"prefill_chunk_tokens": budget, "batch": batch})
+        return memory_footprint(held, schedule).total_B <= usable_B
 
-    budget = choose_budget(scenario, capacity_B,
-                           lambda b: wave_footprint(with_budget(b), schedule, 1).total_B <= usable_B)
-    waved = with_budget(budget)
-    places = _largest(scenario.batch, lambda batch: wave_footprint(waved, schedule, batch).total_B <= usable_B)
-    return (waved, places) if places else (budgeted, None)
-
-
-def wave_footprint(scenario, schedule, places: int) -> MemoryFootprint:
-    """The peak of a prefill wave holding at most ``places`` requests at once: the weights, the KV cache of
-    ``places`` requests at the end of their generation (a request keeps its place until its last token), and the
-    larger of a prefill step's and a decode step's activations."""
-    held = scenario.model_copy(update={"batch": places})
-    decode = memory_footprint(held.model_copy(update={"phase": "decode", "steady_state": False}), schedule)
-    prefill = memory_footprint(held, schedule)
-    return MemoryFootprint(decode.weights_B, decode.kv_cache_B, max(decode.activations_B, prefill.activations_B),
-                           decode.stage)
+    budget = choose_budget(scenario, capacity_B, lambda b: fits(b, 1))
+    places = _largest(scenario.batch, lambda batch: fits(budget, batch))
+    if not places:
+        return budgeted, None
+    return scenario.model_copy(update={"prefill_chunk_tokens": budget}), places
 
 
 def _largest(batch: int, fits) -> int:

@@ -81,7 +81,7 @@ def prefill_wave(point, dev, scenario, step_phase, places: int | None = None) ->
     """The prefill of ``scenario`` (its batch on each data replica of the schedule, its token budget) as vLLM
     runs it; ``step_phase(scenario)`` times one step of a scenario on the GPU (memoised). ``places``: the
     requests the replicas hold at once when the KV cache has room for fewer than ``max_num_seqs`` each
-    (:func:`~.admission.prefill_places`; None: ``max_num_seqs``)."""
+    (:func:`~.admission.prefill_in_waves`; None: ``max_num_seqs``)."""
     key = HashedTuple((point, scenario, places))
     found = _WAVES.lookup(key)
     if found is None:
