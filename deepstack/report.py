@@ -273,8 +273,9 @@ def comparison(result: dict[str, Any]) -> None:
     console.print(f"hypervolume ratio study/sweep {ratio(result['hypervolume_ratio'])} with "
                   f"{result['evaluation_share']:.2%} of the evaluations; at equal evaluations ({e['evaluations']:,}) "
                   f"{ratio(e['hypervolume_ratio'])}; at equal wall time ({w['wall_s']:.1f} s, sweep times "
-                  f"{w['sweep_times']}) {ratio(w['hypervolume_ratio'])} (above 1: the study's front beats the front "
-                  "of the sweep's first points of that count or time)", markup=False, highlight=False)
+                  f"{w['sweep_times']}) {ratio(w['hypervolume_ratio'])} (each against the front of the sweep's first "
+                  "points of that count or time: above 1, the study's front covers more)", markup=False,
+                  highlight=False)
     s, sw = result["study"], result["sweep"]
     table("sides", [{"side": label, "hypervolume (normalised)": side["hypervolume_normalised"],
                      "evaluations": side["evaluations"], "wall_s": side["wall_s"], "front points": side["front_size"],

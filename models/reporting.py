@@ -66,7 +66,7 @@ def hardware_summary(chip: ChipArchitecture, network: Network | None, stacked_la
         nominal_clock_ghz=dev.clock_Hz / 1e9,
         tdp_w_per_device=dev.tdp_W,
         # a real GPU's die is given (its SMs too): the area model sizes only the templates a search may change
-        area_per_device_mm2=FrozenMap({"pes": dev.pes, "die_mm2": dev.area.budget_mm2} if chip.gpu is not None
+        area_per_device_mm2=FrozenMap({"die_mm2": dev.area.budget_mm2} if chip.gpu is not None
                                       else dev.area.as_dict()),
         ambient_c=dev.ambient_c,
         max_temp_c=dev.target_c,

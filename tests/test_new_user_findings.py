@@ -177,6 +177,9 @@ def test_a_model_whose_weights_alone_overflow_the_server_is_told_so():
     assert str(caught.value).endswith("its weights alone need 78.1 GiB per GPU spread evenly over all 8: take a "
                                       "system with more memory, or store the weights in fewer bits (--precision "
                                       "a16w4)")
+    # at 16 bits, 8 would still not fit (78.1 GiB): the hint names the width that does
+    with pytest.raises(InfeasibleError, match=r"156\.2 GiB per GPU .* \(--precision a16w4\)$"):
+        api_evaluation.evaluate(model="deepseek-v3", system="dgx-h100", parallel="tp=8", batch=1, precision="a16w16")
 
 
 def test_a_gpus_device_table_states_what_its_operators_are_timed_at():
@@ -186,4 +189,4 @@ def test_a_gpus_device_table_states_what_its_operators_are_timed_at():
     hw = api_evaluation.evaluate(model="llama-3.3-70b", system="dgx-h100", parallel="tp=8", with_ttft=False,
                                  breakdown=False).hardware
     assert hw.dram_effective_bw_TBps == pytest.approx(3.35 * 0.87)
-    assert dict(hw.area_per_device_mm2) == {"pes": 132, "die_mm2": 814.0}
+    assert dict(hw.area_per_device_mm2) == {"die_mm2": 814.0} and hw.pes_per_device == 132

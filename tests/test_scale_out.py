@@ -355,6 +355,16 @@ def test_two_workers_find_exactly_the_requested_trials(backend, study_space, tmp
         _cleanup(url, study)
 
 
+def test_two_workers_run_a_batch_of_any_size(study_space, tmp_path):
+    # a batch of 6 on 2 workers is 2 chunks of 3 inner problems: the pool's warm-up took every chunk's result for
+    # a sweep's (rows, JSON lines) pair and failed to unpack three ("not enough values to unpack")
+    url = f"journal:{tmp_path / 'b.log'}"
+    done = deepstack(*_optimize(study_space, url, "batch6", 6, tmp_path, "--workers", "2", "--trials-per-batch", "6",
+                                "--json"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["trials"] == 6
+
+
 @pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=needs_postgres), "journal"])
 def test_two_processes_share_one_study(backend, study_space, tmp_path):
     """Two ``optimize`` processes on one study at once: each samples on its own in-memory mirror, adds its own

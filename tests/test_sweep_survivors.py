@@ -8,6 +8,7 @@ import csv
 import itertools
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -89,6 +90,13 @@ def test_a_tier_keeps_its_chunks_in_chunk_order_whatever_order_they_finish_in(tm
     assert not list(log.folder.glob("tier1-*.csv.partial"))
     assert run_tier("tier1", tasks, log, last_first, OBJECTIVES, again) == summaries
     assert again.path.read_bytes() == before and log.read_back == 5
+
+    # a tier that ends with a chunk still waiting for one before it is never published
+    gap = PointsFile(log.folder, with_ttft=False)
+    gap.start_tier("tier1")
+    gap.put(1, "a later chunk's lines\r\n")
+    with pytest.raises(RuntimeError, match=r"chunks \[1\] still waiting for chunk 0"):
+        gap.finish()
 
 
 def _chunk_result(rows: list[dict]) -> ChunkResult:

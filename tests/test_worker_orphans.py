@@ -160,6 +160,8 @@ def test_interrupted_sweep_says_what_it_kept_and_a_rerun_finishes_it(tmp_path, s
     assert err.startswith(f"deepstack: interrupted by {name}: {kept} finished chunk"), err
     assert "out/chunks/" in err and "re-run the same command" in err, err
     assert not (tmp_path / "out" / "summary.json").exists(), "interrupted after the sweep had finished"
+    # no points.csv of part of the points, in the folder or on its way there
+    assert not (tmp_path / "out" / "points.csv").exists() and not list(chunks.glob("*.csv.partial"))
     _poll(lambda: not any(_alive(pid) for pid in workers), f"workers {sorted(workers)} to end")
 
     again = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=DEADLINE_S)

@@ -98,8 +98,10 @@ def _memory_hint(system: str | None, network, point: DesignPoint) -> str:
     spread_B = scenario.model.parameter_count() * scenario.precision.weight_bytes / devices
     usable_B = usable_capacity_B(point.device.dram.capacity_B)
     if system and spread_B > usable_B:  # no schedule or batch helps
-        bits = scenario.precision.weight_bits
-        fewer = f", or store the weights in fewer bits (--precision a16w{8 if bits > 8 else 4})" if bits > 4 else ""
+        precision = scenario.precision
+        narrower = [precision.model_copy(update={"weight_bits": bits}) for bits in (8, 4)
+                    if bits < precision.weight_bits and spread_B * bits / precision.weight_bits <= usable_B]
+        fewer = f", or store the weights in fewer bits (--precision {narrower[0]})" if narrower else ""
         return (f"its weights alone need {spread_B / 2**30:.1f} GiB per GPU spread evenly over all {devices}: take "
                 f"a system with more memory{fewer}")
     if system:  # a fixed server: its GPUs and their memory are given

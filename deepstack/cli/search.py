@@ -96,7 +96,7 @@ def _optimize_summary(result: dict) -> None:
         else:  # the stall came with the last batch: nothing was cut
             print("the hypervolume did not grow over the last --until-stall trials (every planned trial ran)")
     if run.get("interrupted"):
-        # on stderr like every other interrupt notice, so a piped front stays only the front
+        # on stderr, as every other interrupt notice
         print(f"deepstack: interrupted by {run['interrupted']}: {result['trials']} trials kept in "
               f"{result['storage']}; the batch being evaluated was not stored. Re-run the same command to finish this "
               f"run ({run['told']} of its {run['planned']} trials are done): it proposes that batch again and ends as "

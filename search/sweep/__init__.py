@@ -129,6 +129,7 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
     tally = executor.Tally(progress)
     # SIGINT / SIGTERM stop the chunks being evaluated at once (never a chunk being written) and end the workers;
     # every finished chunk stays in <out>/chunks/ for the re-run to read back
+    points_file = None
     with Interrupts() as stops:
         log.shelter = stops.deferred
         try:
@@ -139,12 +140,15 @@ def sweep(*, mode: str, space: str | None, scenario: Scenario, objectives: list[
                                       run_chunks, started, tally, points_file)
                 # the files as they are now
                 log.check_unchanged(_fingerprint(load_space(space), scenario, mode, objectives, with_ttft))
+                points_file.finish()
                 with log.shelter():  # a signal while the files are written waits for the last of them
                     output.write(result, points_file.path, scenario, design_space)
                 return result
         except BaseException as exc:
             if not stops.ended(exc):
                 raise
+            if points_file is not None:
+                points_file.discard()
             chunks = log.finished()
             raise RunInterruptedError(
                 f"interrupted by {stops.name or 'SIGINT'}: {chunks:,} finished chunk{'s' * (chunks != 1)} "

@@ -64,8 +64,7 @@ class PointsFile:
 
     def __init__(self, folder: Path, with_ttft: bool):
         self.folder = folder
-        for stale in folder.glob("*.csv.partial"):  # an interrupted run's: this run writes every line again
-            stale.unlink()
+        self.discard()  # what an interrupted run left, should it have been killed before it could
         self.path = folder / "points.csv.partial"
         with open(self.path, "w", newline="") as fh:
             csv.writer(fh).writerow(points_columns(with_ttft))
@@ -74,9 +73,19 @@ class PointsFile:
         self._next = 0
 
     def start_tier(self, tier: str) -> None:
-        if self._waiting:
-            raise RuntimeError("points.csv: a tier ended with chunks still waiting for one before them")
+        self.finish()
         self._tier, self._next = tier, 0
+
+    def finish(self) -> None:
+        """Check that no chunk still waits for one before it (a points.csv with a gap is never published)."""
+        if self._waiting:
+            raise RuntimeError(f"points.csv: tier {self._tier} ended with chunks {sorted(self._waiting)} still "
+                               f"waiting for chunk {self._next}")
+
+    def discard(self) -> None:
+        """Remove what an interrupted sweep wrote here (a re-run writes every line again from the chunk log)."""
+        for written in self.folder.glob("*.csv.partial"):
+            written.unlink()
 
     def put(self, index: int, cells: str | Callable[[], str]) -> None:
         """The lines of the tier's chunk ``index``: as text, or a function that gives them (a read-back chunk)."""
