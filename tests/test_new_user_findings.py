@@ -190,3 +190,12 @@ def test_a_gpus_device_table_states_what_its_operators_are_timed_at():
                                  breakdown=False).hardware
     assert hw.dram_effective_bw_TBps == pytest.approx(3.35 * 0.87)
     assert dict(hw.area_per_device_mm2) == {"die_mm2": 814.0} and hw.pes_per_device == 132
+
+
+def test_the_paper_set_on_a_real_gpu_server_is_refused(cli):
+    # its choices (35 °C junction, every local expert read, the 3D stack's DRAM curve, ...) describe the paper's
+    # 3D designs and abstract baselines; applied to a measured GPU they changed its numbers silently
+    done = cli("evaluate", "--model", "llama-3.3-70b", "--system", "dgx-h100", "--parallel", "tp=8", "--assumptions",
+               "paper")
+    assert_user_error(done, "--assumptions paper: the paper's choices describe its 3D designs")
+    assert cli("evaluate", "--model", "llama-3.3-70b", "--chip", "h200-star", "--assumptions", "paper").code == 0

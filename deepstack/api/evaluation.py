@@ -51,6 +51,10 @@ def evaluate(*, model: str, phase: str = "decode", batch: int = 1, input_len: in
     else:
         architecture = catalog.load("chips", chip or "standard")
         network = catalog.load("nocs", noc) if noc else None
+    if architecture.gpu is not None and scenario.assumptions != "default":
+        raise UserInputError(f"--assumptions {scenario.assumptions}: the paper's choices describe its 3D designs and "
+                             "abstract 2.5D baselines (h100-star, h200-star), not a real GPU server, whose model is "
+                             "set on measurements; drop --assumptions")
     template = architecture
     architecture, sram, network = _hardware_flags(architecture, network, noc, pes, l1_kib, l1_bw_B_per_cycle,
                                                   hop_latency_scale, level_bw_scale)
