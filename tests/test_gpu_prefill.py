@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from conftest import timing_device_of
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from deepstack.catalog import load
@@ -416,3 +416,26 @@ def test_cli_says_a_prefill_runs_its_requests_as_places_free_up(cli):
     assert done.code == 0, done.err
     assert "175 of the 512 requests fit at once; vLLM prefills the other 337" in done.out
     assert "the metrics cover the whole batch" in done.out
+
+
+@settings(max_examples=8, deadline=None)
+@given(batch=st.integers(1, 700), input_len=st.sampled_from([2048, 8192, 16384]), output_len=st.sampled_from([1, 512]))
+@example(batch=512, input_len=8192, output_len=1).via("the waves of the hand-checked test")
+@example(batch=300, input_len=16384, output_len=512).via("a long output: places free only after generations")
+def test_a_prefill_that_runs_in_waves_fits_and_is_no_faster_than_its_places_alone(batch, input_len, output_len):
+    # whatever the batch: a feasible report fits the usable memory; when the batch runs a place at a time, it holds
+    # fewer than the batch at once and serves them no faster than those places would run alone (waiting adds
+    # nothing a batch that fits does not have)
+    from deepstack.models.parallel.memory import usable_capacity_B
+
+    scenario = LLAMA_8K.model_copy(update={"batch": batch, "input_len": input_len, "output_len": output_len})
+    point = _point(scenario, H100)[0]
+    report = evaluate(point, breakdown=False)
+    if not report.feasible:
+        return
+    assert report.metrics.memory_gib * 2**30 <= usable_capacity_B(timing_device_of(point).dram.capacity_B)
+    places = report.scenario.running_batch
+    if places is not None:
+        assert places < batch
+        alone = evaluate(_point(scenario.model_copy(update={"batch": places}), H100)[0], breakdown=False)
+        assert report.metrics.stps <= alone.metrics.stps * 1.02
