@@ -104,7 +104,7 @@ def check_schedule(point: DesignPoint) -> None:
     if point.network is not None and s.devices != point.network.devices:
         have = point.network.devices
         hint = (f" (dp={have // s.devices * s.attention.dp} runs {have // s.devices} copies of it over them)"
-                if have % s.devices == 0 else "")
+                if have % s.devices == 0 and not s.is_per_module else "")
         raise UserInputError(f"--parallel: the schedule uses {s.devices} devices but {point.network.name} has "
                              f"{have}{hint}")
     if point.network is None and (s.devices != s.attention.dp or s.ffn.devices != s.ffn.dp or s.pp > 1):
