@@ -19,11 +19,15 @@ METRIC_COLUMNS = ("stps", "utps", "tokens_per_joule", "ttft_s", "power_w", "temp
                   "power_density_W_per_mm2", "frequency_ghz", "memory_gib")
 
 
+def metric_columns(with_ttft: bool) -> list[str]:
+    """The metrics a sweep records: it times TTFT only when an objective needs it (a decode sweep would otherwise
+    time a prefill per schedule), and without it the column is left out rather than filled with NaN."""
+    return [c for c in METRIC_COLUMNS if with_ttft or c != "ttft_s"]
+
+
 def points_columns(with_ttft: bool) -> list[str]:
-    """The columns of points.csv: a sweep times TTFT only when an objective needs it (a decode sweep would
-    otherwise time a prefill per schedule), and without it the column is left out rather than filled with NaN."""
-    return [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible",
-            *(c for c in METRIC_COLUMNS if with_ttft or c != "ttft_s")]
+    """The columns of points.csv."""
+    return [*HARDWARE_COLUMNS, "schedule", "fsdp", "feasible", *metric_columns(with_ttft)]
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def evaluate_hardware(task: SweepTask) -> list[dict]:
     candidates = space_schedules(space, scenario, point.devices, dev.dram.capacity_B)
     evaluated = evaluate_schedules(point, [c.schedule for c in candidates], with_ttft=task.with_ttft)
     hardware = hw.as_dict()
-    columns = [k for k in METRIC_COLUMNS if task.with_ttft or k != "ttft_s"]  # as points_columns
+    columns = metric_columns(task.with_ttft)
     rows = []
     for candidate, (_, report) in zip(candidates, evaluated, strict=True):
         metrics = report.metrics
